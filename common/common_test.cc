@@ -1,0 +1,81 @@
+#include <doctest/doctest.h>
+
+#include <cerrno>
+
+#include "common/codec.h"
+#include "common/size.h"
+#include "common/status.h"
+
+using namespace clio;
+
+TEST_CASE("ParseSize accepts the spellings users write") {
+  CHECK(*ParseSize("0") == 0);
+  CHECK(*ParseSize("0g") == 0);
+  CHECK(*ParseSize("4k") == 4096);
+  CHECK(*ParseSize("4K") == 4096);
+  CHECK(*ParseSize("512MiB") == 512ull << 20);
+  CHECK(*ParseSize("2GB") == 2ull << 30);
+  CHECK(*ParseSize("1.5G") == 3ull << 29);
+  CHECK(*ParseSize("1 TiB") == 1ull << 40);
+  CHECK(*ParseSize("100b") == 100);
+  CHECK(*ParseSize("1048576") == 1048576);
+}
+
+TEST_CASE("ParseSize rejects bad input with the input quoted") {
+  for (const char* bad : {"", "GB", "-1", "12XB", "1kk", "10 gigs", "99999999999P"}) {
+    auto r = ParseSize(bad);
+    CHECK_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message().find(std::string("'") + bad + "'") != std::string::npos);
+  }
+}
+
+TEST_CASE("FormatSize") {
+  CHECK(FormatSize(0) == "0 B");
+  CHECK(FormatSize(4096) == "4 KiB");
+  CHECK(FormatSize(1536) == "1.5 KiB");
+  CHECK(FormatSize(3ull << 30) == "3 GiB");
+}
+
+TEST_CASE("Status from errno keeps context and maps codes") {
+  Status s = Status::FromErrno(ENOSPC, "writing /x");
+  CHECK(s.code() == Code::kNoSpace);
+  CHECK(s.ToString().find("writing /x") != std::string::npos);
+  CHECK(Status::FromErrno(ENOENT, "a").code() == Code::kNotFound);
+  CHECK(Status::FromErrno(EIO, "a").code() == Code::kIoError);
+  CHECK(CodeName(Code::kNoSpace) == "NoSpace");
+  CHECK(s.WithContext("tier t").message().rfind("tier t: ", 0) == 0);
+}
+
+TEST_CASE("Codec round trip and truncation") {
+  Encoder e;
+  e.Put<uint32_t>(7).Put<uint64_t>(1ull << 40).PutBytes("hello").Put<double>(0.5);
+  std::string buf = e.Take();
+  Decoder d(buf);
+  uint32_t a; uint64_t b; std::string s; double f;
+  CHECK(d.Get(&a));
+  CHECK(d.Get(&b));
+  CHECK(d.GetString(&s));
+  CHECK(d.Get(&f));
+  CHECK(d.Finish("t").ok());
+  CHECK(a == 7); CHECK(b == (1ull << 40)); CHECK(s == "hello"); CHECK(f == 0.5);
+
+  for (size_t cut = 0; cut < buf.size(); ++cut) {
+    Decoder t(std::string_view(buf).substr(0, cut));
+    t.Get(&a); t.Get(&b); t.GetString(&s); t.Get(&f);
+    CHECK_FALSE(t.Finish("t").ok());
+  }
+  // A length prefix larger than the input must fail, not allocate.
+  Encoder huge;
+  huge.Put<uint32_t>(0xffffffffu);
+  Decoder h(huge.buffer());
+  CHECK_FALSE(h.GetString(&s));
+}
+
+TEST_CASE("Big-endian keys sort numerically") {
+  std::string a, b;
+  AppendBigEndian64(&a, 255);
+  AppendBigEndian64(&b, 256);
+  CHECK(a < b);
+  CHECK(ReadBigEndian64(b) == 256);
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building, running and testing CLIO needs.
+# Idempotent: re-running it only checks that the packages are present.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  cmake ninja-build ccache clang-14 libclang-rt-14-dev pkg-config git
+  # libraries
+  libfuse3-dev fuse3 liburing-dev libyaml-cpp-dev librocksdb-dev libboost-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libssl-dev libxxhash-dev
+  libsystemd-dev
+  # tests
+  doctest-dev python3 attr
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all ${#PACKAGES[@]} packages present"

@@ -1,0 +1,130 @@
+// A bdev is one storage tier's block device: a flat byte space with a block allocator in front
+// (see shared seeds/bdev-module.txt). It hands out extents, moves bytes in and out of them,
+// frees them and reports how much room is left. It keeps no per-object metadata: which extents
+// belong to which blob is the CTE's business (placement/).
+//
+// Transports: ram (shared-memory segment), file (io_uring / POSIX through storage/io.h),
+// noop (touches nothing). pinned and hbm come with the GPU issue.
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "storage/io.h"
+
+namespace clio {
+
+// One block handed out by the allocator. `size` is the block's full size class (a power of two
+// from 512 B to 1 MiB, never below the device alignment); Free() must be given the same extent.
+struct Extent {
+  uint64_t offset = 0;  // from the start of the device's data area
+  uint64_t size = 0;
+  bool operator==(const Extent&) const = default;
+};
+using ExtentList = std::vector<Extent>;
+
+inline uint64_t TotalSize(const ExtentList& extents) {
+  uint64_t n = 0;
+  for (const auto& e : extents) n += e.size;
+  return n;
+}
+
+enum class BdevType : uint8_t { kFile, kRam, kHbm, kPinned, kNoop };
+enum class Persistence : uint8_t { kVolatile, kTemporary, kLongTerm };
+
+std::string_view BdevTypeName(BdevType t);
+Result<BdevType> ParseBdevType(std::string_view s);
+std::string_view PersistenceName(Persistence p);
+Result<Persistence> ParsePersistence(std::string_view s);
+
+// Configured performance figures; placement ranks tiers by them. Not measured.
+struct PerfMetrics {
+  double read_bandwidth_mbps = 0;
+  double write_bandwidth_mbps = 0;
+  double read_latency_us = 0;
+  double write_latency_us = 0;
+  double iops = 0;
+};
+// Defaults by type, ordered hbm > ram > pinned > everything else.
+PerfMetrics DefaultPerfMetrics(BdevType t);
+
+struct BdevConfig {
+  std::string name;  // file path for kFile; any unique name ("ram::tier1") for memory types
+  BdevType type = BdevType::kFile;
+  // 0: ram = 80% of DRAM (capped by /dev/shm free space); file = as far as the host allows.
+  uint64_t capacity = 0;
+  uint64_t alignment = 4096;             // memory types lower 4096/0 to 512
+  uint64_t growth_unit = 1ull << 30;     // file: how far the file grows (and reserves) at a time
+  uint64_t populate_unit = 64ull << 20;  // ram: bytes committed per step as allocations advance
+  std::string alloc_log;                 // file: default "<name>.alloc_log"
+  std::optional<Persistence> persistence;  // default: volatile for memory types, temporary for file
+  std::optional<PerfMetrics> perf;
+  IoOptions io;
+  // Persistent tier id. 0: keep the id found in the device header, or make a new one.
+  // Non-zero and different from the header: Open() fails with Corruption naming both ids.
+  uint64_t tier_id = 0;
+  // Name of the ram segment under /dev/shm; default "clio.<pid>.<sanitized name>".
+  std::string shm_name;
+};
+
+struct BdevStats {
+  BdevType type = BdevType::kFile;
+  Persistence persistence = Persistence::kTemporary;
+  uint64_t capacity = 0;   // configured capacity (the effective one when configured as 0)
+  uint64_t remaining = 0;  // allocatable bytes; file: capped by the host filesystem's free space
+  uint64_t used = 0;       // bytes in allocated blocks
+  double lifetime_days = 999999;  // 999999 = healthy
+  PerfMetrics perf;
+  std::string backend;     // "io_uring", "posix", "shm", "noop", with "+fault" in fault mode
+};
+
+class Bdev {
+ public:
+  virtual ~Bdev() = default;
+
+  // Creates or opens the device. For a file device with an alloc log, the log is replayed:
+  // extents it records as live are not handed out again until Reconcile() or Free().
+  static Result<std::unique_ptr<Bdev>> Open(const BdevConfig& config);
+
+  // Allocates at least `bytes` (rounded up to the alignment). May return several extents.
+  // NoSpace when the device (or the host filesystem under it) is full; nothing is leaked then.
+  // The allocation is logged before it returns (file devices).
+  virtual Result<ExtentList> Allocate(uint64_t bytes) = 0;
+  // Returns blocks to the allocator (logged first). Freeing an extent that is not allocated is
+  // an Internal error and changes nothing.
+  virtual Status Free(const ExtentList& extents) = 0;
+
+  // Writes `data` at byte `offset` of the concatenation of `extents`. OutOfRange if it does not
+  // fit. IoError on a device fault (and while "<file>.fail" exists, for file devices).
+  virtual Status Write(const ExtentList& extents, uint64_t offset, std::string_view data) = 0;
+  // Reads `len` bytes at byte `offset` of the concatenation of `extents` into `out`.
+  virtual Status Read(const ExtentList& extents, uint64_t offset, uint64_t len, char* out) = 0;
+
+  // Makes written data and the allocator log durable (fdatasync). No-op on memory devices.
+  virtual Status Sync() = 0;
+
+  // Start-up reconciliation with the blob index: every extent the alloc log holds live that is
+  // not in `referenced` is freed; every extent in `referenced` is marked allocated (never handed
+  // out again). Call once, after Open() and before the first Allocate().
+  virtual Status Reconcile(const ExtentList& referenced) = 0;
+
+  // Flushes and compacts the allocator log to one record per live extent.
+  virtual Status FlushAllocLog() = 0;
+
+  virtual BdevStats GetStats() = 0;
+  virtual void SetLifespan(double days) = 0;
+
+  virtual uint64_t tier_id() const = 0;
+  virtual const BdevConfig& config() const = 0;
+  // ram only: the shared-memory segment's name, for clients that map it. Empty otherwise.
+  virtual std::string shm_name() const { return {}; }
+};
+
+}  // namespace clio
