@@ -1,0 +1,87 @@
+// CLIO's configuration: YAML parsed into a small tree that remembers line numbers and which keys
+// were read, so every module can validate its own keys and a bad config is refused with the
+// file, line and key named. yaml-cpp stays inside config.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace clio {
+
+struct ConfigValue {
+  enum class Kind { kNull, kScalar, kMap, kList };
+  Kind kind = Kind::kNull;
+  std::string scalar;                                   // kScalar, ${VAR} already expanded
+  std::vector<std::pair<std::string, ConfigValue>> map; // kMap, in file order
+  std::vector<ConfigValue> list;                        // kList
+  int line = 0;                                         // 1-based line in the file
+  std::string path;                                     // "compose[1].storage[0]"
+};
+
+// Reads the keys of one map node. Every getter marks its key as known; Finish() reports the
+// first key that no getter asked for. Errors read "FILE:LINE: PATH.KEY: what is wrong".
+class ConfigReader {
+ public:
+  ConfigReader(const ConfigValue* node, std::string file);
+
+  Result<std::string> String(std::string_view key, std::string def);
+  Result<uint64_t> Size(std::string_view key, uint64_t def);
+  Result<uint64_t> UInt(std::string_view key, uint64_t def);
+  Result<double> Double(std::string_view key, double def);
+  Result<bool> Bool(std::string_view key, bool def);
+  // Child node (map or list), nullptr when absent.
+  const ConfigValue* Child(std::string_view key);
+  bool Has(std::string_view key) const;
+  // ConfigError naming the first unknown key, or Ok.
+  Status Finish() const;
+  // Formats an error located at `key` of this node (or the node itself when key is empty).
+  Status Error(std::string_view key, std::string_view what) const;
+  const std::string& file() const { return file_; }
+  const ConfigValue* node() const { return node_; }
+
+ private:
+  const ConfigValue* Find(std::string_view key) const;
+  const ConfigValue* node_;
+  std::string file_;
+  std::vector<std::string> known_;
+};
+
+struct ComposeEntry {
+  std::string mod_name;
+  std::string pool_name;
+  uint32_t pool_major = 0;
+  uint32_t pool_minor = 0;
+  const ConfigValue* node = nullptr;  // the whole entry, for the module's own keys
+};
+
+struct RuntimeConfig {
+  std::string file;          // where it came from, or "(built-in defaults)"
+  std::string state_dir;     // node state: metadata, file tiers
+  std::string socket_path;   // Unix socket clients connect to
+  std::string metadata_path; // RocksDB directory
+  uint32_t commit_interval_ms = 2000;
+  uint32_t num_threads = 4;
+  std::vector<ComposeEntry> compose;
+  std::shared_ptr<ConfigValue> root;  // owns the tree ComposeEntry::node points into
+};
+
+// Resolves the config: CLIO_CONF, else ~/.clio/clio.yaml, else /etc/clio/clio.yaml, else the
+// built-in default (etc/clio.yaml, compiled in). A named file that is missing is an error.
+Result<RuntimeConfig> LoadRuntimeConfig();
+Result<RuntimeConfig> LoadRuntimeConfigFile(const std::string& path);
+Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file);
+
+// The compiled-in default config text.
+std::string_view DefaultConfigYaml();
+
+// Default state directory: /var/lib/clio for root, else $XDG_STATE_HOME/clio or
+// ~/.local/state/clio.
+std::string DefaultStateDir();
+
+}  // namespace clio

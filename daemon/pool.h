@@ -1,0 +1,62 @@
+// A pool is a running instance of a module (bdev tier, CTE core, filesystem namespace). The
+// runtime creates pools from the compose list in order, routes client requests to them by pool
+// id, and stops them in reverse order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "daemon/config.h"
+
+namespace clio {
+
+class Pool {
+ public:
+  virtual ~Pool() = default;
+  // Handles one client request. Runs on a runtime worker thread; may block on I/O. Must not
+  // throw. The returned string is the response payload.
+  virtual Result<std::string> Handle(uint32_t method, std::string_view payload) = 0;
+  // Graceful stop: flush what must be flushed. Called once, in reverse compose order.
+  virtual Status Stop() { return Status::Ok(); }
+  // One line for `clio_run status`.
+  virtual std::string Describe() const { return {}; }
+
+  const std::string& name() const { return name_; }
+  const std::string& module_name() const { return module_; }
+  uint32_t id() const { return id_; }
+  void SetIdentity(std::string module, std::string name, uint32_t id) {
+    module_ = std::move(module);
+    name_ = std::move(name);
+    id_ = id;
+  }
+
+ private:
+  std::string module_;
+  std::string name_;
+  uint32_t id_ = 0;
+};
+
+class PoolRegistry;
+
+// Creates a pool from its compose entry. `file` is the config file, for error messages.
+// Earlier pools are reachable through `registry` (a pool may only name pools composed before
+// it).
+using ModuleFactory = std::function<Result<std::unique_ptr<Pool>>(
+    const ComposeEntry& entry, const std::string& file, PoolRegistry& registry)>;
+
+class PoolRegistry {
+ public:
+  virtual ~PoolRegistry() = default;
+  virtual Pool* FindByName(std::string_view name) = 0;
+  virtual Pool* FindById(uint32_t id) = 0;
+  template <typename T>
+  T* Find(std::string_view name) {
+    return dynamic_cast<T*>(FindByName(name));
+  }
+};
+
+}  // namespace clio

@@ -1,0 +1,250 @@
+#include "daemon/runtime.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "daemon/asio.h"
+#include "daemon/ipc.h"
+
+namespace clio {
+
+using LocalSocket = asio::local::stream_protocol::socket;
+
+// Serves the Unix socket: one coroutine per connection reading frames in order. Handlers run
+// inline on the io_context threads (runtime.num_threads of them), so a handler blocked on I/O
+// occupies one thread; other connections go on on the others.
+class Server {
+ public:
+  Server(Runtime* rt, std::string path, uint32_t threads)
+      : rt_(rt), path_(std::move(path)), threads_(threads), acceptor_(ioc_), signals_(ioc_) {}
+
+  Status Listen() {
+    std::error_code fec;
+    std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), fec);
+    // A socket file that answers belongs to a live runtime; one that does not is stale.
+    if (access(path_.c_str(), F_OK) == 0) {
+      RuntimeClient::Options o;
+      o.socket_path = path_;
+      if (RuntimeClient::Connect(o).ok())
+        return Status(Code::kBusy, "another CLIO runtime is already serving on " + path_ +
+                                       " (stop it with 'clio_run stop')");
+      ::unlink(path_.c_str());
+    }
+    boost::system::error_code ec;
+    asio::local::stream_protocol::endpoint ep(path_);
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status::FromErrno(ec.value(), "listening on " + path_);
+    // Clients in group 'clio' may connect; others may not (DESIGN.md security defaults).
+    if (const group* g = getgrnam("clio")) {
+      if (::chown(path_.c_str(), geteuid(), g->gr_gid) != 0)
+        CLIO_LOG_WARN("cannot give {} to group clio: {}", path_, std::strerror(errno));
+    }
+    ::chmod(path_.c_str(), 0660);
+    return Status::Ok();
+  }
+
+  void Run(const std::function<void()>& on_ready) {
+    signals_.add(SIGINT);
+    signals_.add(SIGTERM);
+    signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (!ec) {
+        CLIO_LOG_INFO("signal {}: stopping", sig);
+        ioc_.stop();
+      }
+    });
+    asio::co_spawn(ioc_, Accept(), asio::detached);
+    if (on_ready) on_ready();
+    std::vector<std::thread> workers;
+    for (uint32_t i = 1; i < threads_; ++i) workers.emplace_back([this] { ioc_.run(); });
+    ioc_.run();
+    for (auto& t : workers) t.join();
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    ::unlink(path_.c_str());
+  }
+
+  void Stop() { ioc_.stop(); }
+
+ private:
+  asio::awaitable<void> Accept() {
+    while (true) {
+      boost::system::error_code ec;
+      LocalSocket sock = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        CLIO_LOG_WARN("accept on {}: {}", path_, ec.message());
+        continue;
+      }
+      asio::co_spawn(ioc_, Session(std::move(sock)), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> Session(LocalSocket sock) {
+    boost::system::error_code ec;
+    std::string payload;
+    while (true) {
+      RequestHeader h;
+      co_await asio::async_read(sock, asio::buffer(&h, sizeof h), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;  // client went away
+      Status valid = ValidateRequestHeader(h);
+      if (!valid.ok()) {
+        CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
+        co_return;
+      }
+      payload.resize(h.payload_len);
+      co_await asio::async_read(sock, asio::buffer(payload), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      Result<std::string> r = rt_->Dispatch(h.pool, h.method, payload);
+      ResponseHeader rh;
+      rh.request_id = h.request_id;
+      const std::string& body = r.ok() ? r.value() : r.status().message();
+      rh.code = static_cast<uint16_t>(r.status().code());
+      rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body.size(), kMaxPayload));
+      std::array<asio::const_buffer, 2> out = {asio::buffer(&rh, sizeof rh),
+                                               asio::buffer(body.data(), rh.payload_len)};
+      co_await asio::async_write(sock, out, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      if (h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop) && r.ok()) {
+        ioc_.stop();  // after the reply is on its way
+        co_return;
+      }
+    }
+  }
+
+  Runtime* rt_;
+  const std::string path_;
+  const uint32_t threads_;
+  asio::io_context ioc_;
+  asio::local::stream_protocol::acceptor acceptor_;
+  asio::signal_set signals_;
+};
+
+Runtime::Runtime(RuntimeConfig config)
+    : config_(std::move(config)),
+      start_time_(std::chrono::duration_cast<std::chrono::seconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count()) {}
+
+Runtime::~Runtime() = default;
+
+void Runtime::RegisterModule(std::string mod_name, ModuleFactory factory) {
+  factories_[std::move(mod_name)] = std::move(factory);
+}
+
+Status Runtime::Compose() {
+  for (const auto& entry : config_.compose) {
+    auto it = factories_.find(entry.mod_name);
+    if (it == factories_.end()) {
+      std::string known;
+      for (const auto& [k, _] : factories_) known += (known.empty() ? "" : ", ") + k;
+      ConfigReader r(entry.node, config_.file);
+      Status s = r.Error("mod_name", "unknown module '" + entry.mod_name + "' (known: " + known + ")");
+      (void)StopPools();
+      return s;
+    }
+    CLIO_LOG_INFO("creating pool {} ({}, id {}.{})", entry.pool_name, entry.mod_name,
+                  entry.pool_major, entry.pool_minor);
+    auto pool = it->second(entry, config_.file, *this);
+    if (!pool.ok()) {
+      (void)StopPools();
+      return pool.status().WithContext("creating pool '" + entry.pool_name + "'");
+    }
+    (*pool)->SetIdentity(entry.mod_name, entry.pool_name, entry.pool_major);
+    pools_.push_back(std::move(pool).value());
+  }
+  return Status::Ok();
+}
+
+Status Runtime::Serve(const std::function<void()>& on_ready) {
+  server_ = std::make_unique<Server>(this, config_.socket_path, config_.num_threads);
+  CLIO_RETURN_IF_ERROR(server_->Listen());
+  CLIO_LOG_INFO("serving on {}", config_.socket_path);
+  server_->Run(on_ready);
+  server_.reset();
+  return Status::Ok();
+}
+
+void Runtime::RequestStop() {
+  stop_requested_ = true;
+  if (server_) server_->Stop();
+}
+
+Status Runtime::StopPools() {
+  Status first;
+  for (auto it = pools_.rbegin(); it != pools_.rend(); ++it) {
+    Status s = (*it)->Stop();
+    if (!s.ok()) {
+      CLIO_LOG_ERROR("stopping pool {}: {}", (*it)->name(), s.ToString());
+      if (first.ok()) first = s;
+    }
+  }
+  while (!pools_.empty()) pools_.pop_back();  // destroy in reverse order
+  return first;
+}
+
+Pool* Runtime::FindByName(std::string_view name) {
+  for (auto& p : pools_)
+    if (p->name() == name) return p.get();
+  return nullptr;
+}
+
+Pool* Runtime::FindById(uint32_t id) {
+  for (auto& p : pools_)
+    if (p->id() == id) return p.get();
+  return nullptr;
+}
+
+Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::string_view payload) {
+  if (pool == 0) return HandleAdmin(method, payload);
+  Pool* p = FindById(pool);
+  if (!p) return NotFound("no pool with id " + std::to_string(pool));
+  return p->Handle(method, payload);
+}
+
+Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view payload) {
+  Encoder out;
+  switch (static_cast<AdminMethod>(method)) {
+    case AdminMethod::kPing:
+      out.Put<uint64_t>(static_cast<uint64_t>(getpid()));
+      return out.Take();
+    case AdminMethod::kStatus: {
+      int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count();
+      std::string s = "runtime pid " + std::to_string(getpid()) + ", up " +
+                      std::to_string(now - start_time_) + " s, config " + config_.file +
+                      "\nsocket " + config_.socket_path + "\nstate " + config_.state_dir + "\npools:\n";
+      for (const auto& p : pools_)
+        s += "  " + std::to_string(p->id()) + "  " + p->name() + "  (" + p->module_name() + ") " +
+             p->Describe() + "\n";
+      return s;
+    }
+    case AdminMethod::kStop:
+      stop_requested_ = true;
+      return std::string();
+    case AdminMethod::kFindPool: {
+      Decoder in(payload);
+      std::string name;
+      in.GetString(&name);
+      CLIO_RETURN_IF_ERROR(in.Finish("FindPool"));
+      Pool* p = FindByName(name);
+      if (!p) return NotFound("no pool named '" + name + "'");
+      out.Put<uint32_t>(p->id());
+      return out.Take();
+    }
+  }
+  return Status(Code::kNotSupported, "unknown admin method " + std::to_string(method));
+}
+
+}  // namespace clio

@@ -1,0 +1,534 @@
+#include "placement/cte.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "placement/blob_index.h"
+
+namespace clio {
+namespace {
+
+constexpr std::string_view kTierKeyPrefix = "t/";
+// A volatile copy is kept as a clean read cache after its flush while its tier is below this
+// fill fraction; above it the copy is dropped to make room for new writes.
+constexpr double kCacheKeepFill = 0.75;
+constexpr size_t kRecoverPage = 1024;
+
+std::string TierKey(const std::string& name) { return std::string(kTierKeyPrefix) + name; }
+
+struct TierRecord {
+  uint64_t id = 0;
+  Persistence persistence = Persistence::kTemporary;
+  std::string name;
+};
+
+std::string EncodeTierRecord(uint64_t id, Persistence p) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<uint64_t>(id).Put<uint8_t>(static_cast<uint8_t>(p));
+  return e.Take();
+}
+
+Result<TierRecord> DecodeTierRecord(std::string_view v) {
+  Decoder d(v);
+  uint8_t version = 0, p = 0;
+  TierRecord r;
+  d.Get(&version);
+  d.Get(&r.id);
+  d.Get(&p);
+  CLIO_RETURN_IF_ERROR(d.Finish("tier record"));
+  if (version != 1 || p > 2) return Corruption("tier record: unknown version or persistence");
+  r.persistence = static_cast<Persistence>(p);
+  return r;
+}
+
+// Shared with the KV pre-commit hook, which may outlive the Cte object.
+struct SyncTargets {
+  Mutex mu;
+  std::vector<Bdev*> persistent GUARDED_BY(mu);
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
+  if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
+  std::unique_ptr<Cte> cte(new Cte(kv, config.flush_interval_ms));
+  KvBatch records;
+  for (const TierConfig& tc : config.tiers) {
+    BdevConfig bc = tc.bdev;
+    CLIO_ASSIGN_OR_RETURN(auto rec, kv->Get(TierKey(bc.name)));
+    if (rec) {
+      CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
+      bc.tier_id = r.id;
+      if (bc.type == BdevType::kFile && r.persistence != Persistence::kVolatile &&
+          access(bc.name.c_str(), F_OK) != 0)
+        return Corruption("tier '" + bc.name + "' (id " + std::to_string(r.id) +
+                          ") is recorded in the metadata but its file is missing; restore the "
+                          "file or erase the filesystem");
+    }
+    auto bdev = Bdev::Open(bc);
+    if (!bdev.ok()) return bdev.status().WithContext("opening tier '" + bc.name + "'");
+    for (const Tier& t : cte->tiers_)
+      if (t.bdev->tier_id() == (*bdev)->tier_id())
+        return Corruption("tiers '" + t.name + "' and '" + bc.name + "' have the same id");
+    bool is_volatile = (*bdev)->GetStats().persistence == Persistence::kVolatile;
+    records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), (*bdev)->GetStats().persistence));
+    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile});
+  }
+  std::stable_sort(cte->tiers_.begin(), cte->tiers_.end(),
+                   [](const Tier& a, const Tier& b) { return a.score > b.score; });
+  if (std::none_of(cte->tiers_.begin(), cte->tiers_.end(), [](const Tier& t) { return !t.is_volatile; }))
+    CLIO_LOG_WARN("no persistent tier is configured: fsync cannot make data durable");
+  CLIO_RETURN_IF_ERROR(kv->Apply(std::move(records)));
+  CLIO_RETURN_IF_ERROR(cte->Recover());
+
+  auto targets = std::make_shared<SyncTargets>();
+  {
+    MutexLock l(&targets->mu);
+    for (Tier& t : cte->tiers_)
+      if (!t.is_volatile) targets->persistent.push_back(t.bdev.get());
+  }
+  // Bytes and allocations reach the disk before the index entries that name them.
+  kv->AddPreCommitHook([targets]() -> Status {
+    MutexLock l(&targets->mu);
+    for (Bdev* b : targets->persistent) CLIO_RETURN_IF_ERROR(b->Sync());
+    return Status::Ok();
+  });
+  cte->sync_targets_ = targets;
+  cte->flusher_ = std::thread([c = cte.get()] { c->FlusherLoop(); });
+  return cte;
+}
+
+Cte::~Cte() {
+  (void)Stop();
+  if (auto t = std::static_pointer_cast<SyncTargets>(sync_targets_)) {
+    MutexLock l(&t->mu);
+    t->persistent.clear();
+  }
+}
+
+Status Cte::Recover() {
+  // Metadata knows every tier ever configured; copies on a volatile one are dropped, copies on
+  // an unconfigured persistent one mean that tier still holds data.
+  std::map<uint64_t, TierRecord> known;
+  {
+    std::string after;
+    while (true) {
+      CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kTierKeyPrefix, after, kRecoverPage));
+      for (auto& [k, v] : page) {
+        CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(v));
+        r.name = k.substr(kTierKeyPrefix.size());
+        known[r.id] = r;
+      }
+      if (page.size() < kRecoverPage) break;
+      after = page.back().first;
+    }
+  }
+  std::map<uint64_t, ExtentList> referenced;
+  uint64_t dropped = 0, entries = 0;
+  std::string after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kBlobKeyPrefix, after, kRecoverPage));
+    KvBatch batch;
+    for (auto& [key, value] : page) {
+      ++entries;
+      auto e = DecodeBlobEntry(value);
+      if (!e.ok()) return e.status().WithContext("blob index key of " + std::to_string(key.size()) + " bytes");
+      BlobEntry kept;
+      bool changed = false;
+      for (BlobCopy& c : e->copies) {
+        Tier* t = TierById(c.tier_id);
+        if (!t) {
+          auto k = known.find(c.tier_id);
+          if (k == known.end() || k->second.persistence != Persistence::kVolatile)
+            return Corruption("the blob index has data on tier id " + std::to_string(c.tier_id) +
+                              (k == known.end() ? "" : " ('" + k->second.name + "')") +
+                              ", which is not in the config; add the tier back");
+          changed = true;
+          ++dropped;
+          continue;
+        }
+        if (t->is_volatile) {
+          changed = true;
+          ++dropped;
+          continue;
+        }
+        c.state = CopyState::kClean;
+        auto& list = referenced[c.tier_id];
+        list.insert(list.end(), c.extents.begin(), c.extents.end());
+        kept.copies.push_back(std::move(c));
+      }
+      if (!changed) continue;
+      if (kept.copies.empty())
+        batch.Delete(key);
+      else
+        batch.Put(key, EncodeBlobEntry(kept));
+    }
+    if (!batch.empty()) CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+    if (page.size() < kRecoverPage) break;
+    after = page.back().first;
+  }
+  for (Tier& t : tiers_) {
+    Status s = t.bdev->Reconcile(referenced[t.bdev->tier_id()]);
+    if (!s.ok()) return s.WithContext("reconciling tier '" + t.name + "'");
+  }
+  CLIO_LOG_INFO("blob index: {} entries, {} volatile copies dropped at start", entries, dropped);
+  return kv_->Sync();
+}
+
+Cte::Stripe& Cte::StripeFor(uint64_t tag, uint64_t blob) {
+  return stripes_[std::hash<uint64_t>{}(tag * 0x9e3779b97f4a7c15ull ^ blob) % kStripes];
+}
+
+Cte::Tier* Cte::TierById(uint64_t id) {
+  for (Tier& t : tiers_)
+    if (t.bdev->tier_id() == id) return &t;
+  return nullptr;
+}
+
+Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
+  CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(BlobKey(tag, blob)));
+  if (!v) return BlobEntry{};
+  return DecodeBlobEntry(*v);
+}
+
+Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data) {
+  if (data.empty()) return Status::Ok();
+  const uint64_t end = offset + data.size();
+  if (end < offset) return InvalidArgument("blob write past 2^64");
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  Status last = NoSpace("no tier has room for " + std::to_string(data.size()) + " bytes");
+  for (Tier& t : tiers_) {
+    if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
+    const bool in_place = !e.copies.empty() && e.copies.front().tier_id == t.bdev->tier_id();
+    ExtentList added;
+    uint64_t have = in_place ? TotalSize(e.copies.front().extents) : 0;
+    if (end > have) {
+      auto a = t.bdev->Allocate(end - have);
+      if (!a.ok()) {
+        if (a.status().code() != Code::kNoSpace) return a.status().WithContext("tier '" + t.name + "'");
+        last = a.status();
+        continue;  // full: fall through to the next tier
+      }
+      added = std::move(a).value();
+    }
+    BlobCopy fresh;
+    BlobCopy* c = &fresh;
+    if (in_place) {
+      c = &e.copies.front();
+    } else {
+      fresh.tier_id = t.bdev->tier_id();
+    }
+    c->extents.insert(c->extents.end(), added.begin(), added.end());
+    Status w = t.bdev->Write(c->extents, offset, data);
+    if (!w.ok()) {
+      if (!added.empty()) (void)t.bdev->Free(added);
+      return w.WithContext("writing blob to tier '" + t.name + "'");
+    }
+    c->written.Add(offset, end);
+    c->generation = generation_.fetch_add(1);
+    c->state = t.is_volatile ? CopyState::kDirty : CopyState::kClean;
+    if (!in_place) e.copies.insert(e.copies.begin(), std::move(fresh));
+    KvBatch batch;
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
+    Status a = kv_->Apply(std::move(batch));
+    if (!a.ok()) {
+      if (!added.empty()) (void)t.bdev->Free(added);
+      return a;
+    }
+    if (t.is_volatile) MarkDirty(tag, blob);
+    return Status::Ok();
+  }
+  return last;
+}
+
+Status Cte::ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out) {
+  std::fill(out, out + len, 0);
+  RangeSet need;
+  need.Add(offset, offset + len);
+  for (const BlobCopy& c : e.copies) {
+    if (need.empty()) break;
+    RangeSet have;
+    for (const auto& r : need.ranges()) {
+      RangeSet part = c.written.Intersect(r.begin, r.end);
+      for (const auto& p : part.ranges()) have.Add(p.begin, p.end);
+    }
+    if (have.empty()) continue;
+    Tier* t = TierById(c.tier_id);
+    if (!t) return Internal("blob copy on unknown tier id " + std::to_string(c.tier_id));
+    for (const auto& r : have.ranges()) {
+      Status s = t->bdev->Read(c.extents, r.begin, r.end - r.begin, out + (r.begin - offset));
+      if (!s.ok()) return s.WithContext("reading blob from tier '" + t->name + "'");
+    }
+    need = need.Minus(have);
+  }
+  return Status::Ok();
+}
+
+Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, char* out) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  return ReadMerged(e, offset, len, out);
+}
+
+void Cte::ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch) {
+  for (BlobCopy& c : copies) {
+    Tier* t = TierById(c.tier_id);
+    if (!t || c.extents.empty()) continue;
+    Bdev* b = t->bdev.get();
+    // Persistent extents are reused only once the index change that released them is
+    // durable; until then a crash would bring the old entry back, naming them.
+    batch->OnDurable([b, ext = std::move(c.extents)] {
+      Status s = b->Free(ext);
+      if (!s.ok()) CLIO_LOG_ERROR("freeing released extents: {}", s.ToString());
+    });
+  }
+}
+
+Status Cte::DelBlob(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  if (e.copies.empty()) return Status::Ok();
+  KvBatch batch;
+  batch.Delete(BlobKey(tag, blob));
+  ReleaseCopies(std::move(e.copies), &batch);
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  MutexLock d(&dirty_mu_);
+  dirty_.erase({tag, blob});
+  return Status::Ok();
+}
+
+Status Cte::TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size) {
+  if (size == 0) return DelBlob(tag, blob);
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  if (e.copies.empty() || e.size() <= size) return Status::Ok();
+  for (BlobCopy& c : e.copies) c.written.ClipTo(size);
+  KvBatch batch;
+  batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
+  return kv_->Apply(std::move(batch));
+}
+
+Result<std::vector<uint64_t>> Cte::ListBlobs(uint64_t tag) {
+  std::vector<uint64_t> out;
+  std::string prefix = BlobTagPrefix(tag), after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(prefix, after, kRecoverPage));
+    for (auto& [k, _] : page) {
+      uint64_t t = 0, b = 0;
+      if (ParseBlobKey(k, &t, &b)) out.push_back(b);
+    }
+    if (page.size() < kRecoverPage) break;
+    after = page.back().first;
+  }
+  return out;
+}
+
+Status Cte::DelTag(uint64_t tag) {
+  CLIO_ASSIGN_OR_RETURN(auto blobs, ListBlobs(tag));
+  for (uint64_t b : blobs) CLIO_RETURN_IF_ERROR(DelBlob(tag, b));
+  return Status::Ok();
+}
+
+void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
+  MutexLock d(&dirty_mu_);
+  dirty_.insert({tag, blob});
+}
+
+Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  bool dirty = std::any_of(e.copies.begin(), e.copies.end(),
+                           [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
+  if (!dirty) return Status::Ok();
+  const uint64_t size = e.size();
+  RangeSet all;
+  for (const BlobCopy& c : e.copies)
+    for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
+  std::string buf(size, '\0');
+  CLIO_RETURN_IF_ERROR(ReadMerged(e, 0, size, buf.data()));
+
+  Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
+  for (Tier& t : tiers_) {
+    if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
+    auto a = t.bdev->Allocate(size);
+    if (!a.ok()) {
+      last = a.status().WithContext("flushing to tier '" + t.name + "'");
+      if (a.status().code() == Code::kNoSpace) continue;
+      return last;
+    }
+    BlobCopy p;
+    p.tier_id = t.bdev->tier_id();
+    p.state = CopyState::kClean;
+    p.generation = generation_.fetch_add(1);
+    p.extents = std::move(a).value();
+    p.written = all;
+    for (const auto& r : all.ranges()) {
+      Status w = t.bdev->Write(p.extents, r.begin, std::string_view(buf).substr(r.begin, r.end - r.begin));
+      if (!w.ok()) {
+        (void)t.bdev->Free(p.extents);
+        return w.WithContext("flushing to tier '" + t.name + "'");
+      }
+    }
+    // New copy list: the front volatile copy stays as a clean read cache while its tier has
+    // room; every other copy is released.
+    BlobEntry next;
+    std::vector<BlobCopy> released;
+    for (size_t i = 0; i < e.copies.size(); ++i) {
+      BlobCopy& c = e.copies[i];
+      Tier* ct = TierById(c.tier_id);
+      bool keep = false;
+      if (i == 0 && ct && ct->is_volatile) {
+        BdevStats st = ct->bdev->GetStats();
+        keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
+      }
+      if (keep) {
+        c.state = CopyState::kClean;
+        next.copies.push_back(std::move(c));
+      } else {
+        released.push_back(std::move(c));
+      }
+    }
+    next.copies.push_back(std::move(p));
+    std::vector<std::pair<Bdev*, ExtentList>> free_now;
+    std::vector<BlobCopy> persistent_released;
+    for (BlobCopy& c : released) {
+      Tier* ct = TierById(c.tier_id);
+      if (ct && ct->is_volatile)
+        free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
+      else
+        persistent_released.push_back(std::move(c));
+    }
+    KvBatch batch;
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
+    ReleaseCopies(std::move(persistent_released), &batch);
+    Status s = kv_->Apply(std::move(batch));
+    if (!s.ok()) {
+      (void)t.bdev->Free(next.copies.back().extents);
+      return s;
+    }
+    // Volatile copies die with the process anyway: their room is reusable at once (every
+    // reader holds this blob's stripe lock, so none is reading them).
+    for (auto& [b, ext] : free_now) (void)b->Free(ext);
+    return Status::Ok();
+  }
+  return last;
+}
+
+Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  Status st = FlushBlobLocked(tag, blob);
+  MutexLock d(&dirty_mu_);
+  if (st.ok()) {
+    dirty_.erase({tag, blob});
+  } else {
+    dirty_.insert({tag, blob});
+  }
+  return st;
+}
+
+Status Cte::FlushTag(uint64_t tag) {
+  std::vector<uint64_t> blobs;
+  {
+    MutexLock d(&dirty_mu_);
+    for (auto it = dirty_.lower_bound({tag, 0}); it != dirty_.end() && it->first == tag; ++it)
+      blobs.push_back(it->second);
+  }
+  Status first = TakeFlushError(tag);
+  for (uint64_t b : blobs) {
+    Status s = FlushOne(tag, b);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Cte::TakeFlushError(uint64_t tag) {
+  MutexLock d(&dirty_mu_);
+  for (auto it = flush_errors_.begin(); it != flush_errors_.end(); ++it) {
+    if (it->first == tag) {
+      Status s = it->second;
+      flush_errors_.erase(it);
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Cte::FlushAll() {
+  std::vector<std::pair<uint64_t, uint64_t>> all;
+  {
+    MutexLock d(&dirty_mu_);
+    all.assign(dirty_.begin(), dirty_.end());
+  }
+  Status first;
+  for (auto [tag, blob] : all) {
+    Status s = FlushOne(tag, blob);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+void Cte::FlusherLoop() {
+  while (true) {
+    std::vector<std::pair<uint64_t, uint64_t>> batch;
+    {
+      MutexLock d(&dirty_mu_);
+      if (!stopping_) flusher_cv_.WaitFor(&dirty_mu_, std::chrono::milliseconds(flush_interval_ms_));
+      if (stopping_) return;
+      batch.assign(dirty_.begin(), dirty_.end());
+    }
+    for (auto [tag, blob] : batch) {
+      Status s = FlushOne(tag, blob);
+      if (!s.ok()) {
+        CLIO_LOG_WARN("flushing blob {}:{}: {} (kept dirty, will retry)", tag, blob, s.ToString());
+        MutexLock d(&dirty_mu_);
+        bool found = false;
+        for (auto& [t, st] : flush_errors_)
+          if (t == tag) found = true;
+        if (!found) flush_errors_.emplace_back(tag, s);
+      }
+    }
+  }
+}
+
+Status Cte::Stop() {
+  {
+    MutexLock d(&dirty_mu_);
+    if (stopping_) return Status::Ok();
+    stopping_ = true;
+  }
+  flusher_cv_.NotifyAll();
+  if (flusher_.joinable()) flusher_.join();
+  Status s = FlushAll();
+  Status k = kv_->Sync();
+  return s.ok() ? k : s;
+}
+
+std::vector<TierInfo> Cte::ListTiers() {
+  std::vector<TierInfo> out;
+  for (Tier& t : tiers_) out.push_back({t.name, t.bdev->tier_id(), t.score, t.bdev->GetStats()});
+  return out;
+}
+
+std::pair<uint64_t, uint64_t> Cte::PersistentSpace() {
+  uint64_t cap = 0, rem = 0;
+  for (Tier& t : tiers_) {
+    if (t.is_volatile) continue;
+    BdevStats s = t.bdev->GetStats();
+    cap += s.capacity;
+    rem += s.remaining;
+  }
+  return {cap, rem};
+}
+
+}  // namespace clio

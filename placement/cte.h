@@ -1,0 +1,128 @@
+// The CTE core (Context Transfer Engine): tiers, the blob index and placement.
+//
+// A blob is (tag, blob id) -> bytes; the filesystem uses tag = inode, blob = chunk index.
+// PutBlob places bytes on the highest-score healthy tier with room, falling through to lower
+// tiers when one is full. Data on a volatile tier is dirty until the flusher (every
+// flush_interval_ms) or FlushTag() copies it to a persistent tier. Index entries are written
+// only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
+// before a metadata commit, and extents an index change releases are freed only once that
+// change is durable. At Open(), volatile copies are dropped from the index and each persistent
+// tier's allocator is reconciled with the extents the index names.
+//
+// Thread safety: all public methods may be called concurrently. Operations on one blob are
+// serialized by a striped lock; different blobs proceed in parallel.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "storage/bdev.h"
+#include "storage/kv.h"
+
+namespace clio {
+
+struct TierConfig {
+  BdevConfig bdev;
+  double score = 0.5;  // placement rank, higher first
+};
+
+struct CteConfig {
+  std::vector<TierConfig> tiers;
+  uint32_t flush_interval_ms = 2000;
+};
+
+struct TierInfo {
+  std::string name;
+  uint64_t tier_id = 0;
+  double score = 0;
+  BdevStats stats;
+};
+
+class Cte {
+ public:
+  // Opens every tier, checks tier ids against the metadata (refusing a mismatch, a missing
+  // persistent tier file, or a tier the index still uses that the config no longer lists),
+  // drops volatile copies, reconciles allocators, and starts the flusher.
+  static Result<std::unique_ptr<Cte>> Open(const CteConfig& config, KvStore* kv);
+  ~Cte();
+
+  // Writes `data` at `offset` of the blob. NoSpace when no tier has room.
+  Status PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data);
+  // Reads [offset, offset+len) into out; bytes never written read as zeros.
+  Status GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, char* out);
+  // Removes the blob; its extents are freed once the removal is durable.
+  Status DelBlob(uint64_t tag, uint64_t blob);
+  // Forgets bytes at and beyond `size` (they read as zeros if the blob grows again).
+  Status TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size);
+  // Blob ids of a tag, ascending.
+  Result<std::vector<uint64_t>> ListBlobs(uint64_t tag);
+  // Removes every blob of the tag.
+  Status DelTag(uint64_t tag);
+  // Copies every dirty blob of the tag to a persistent tier. The caller then makes the index
+  // durable with KvStore::Sync(). Returns (and clears) an earlier background flush failure of
+  // this tag, so fsync reports it.
+  Status FlushTag(uint64_t tag);
+  // Flushes every dirty blob (clean stop).
+  Status FlushAll();
+  // A pending background flush error of this tag, cleared by the call (for close()).
+  Status TakeFlushError(uint64_t tag);
+
+  std::vector<TierInfo> ListTiers();
+  // Capacity and remaining bytes of the persistent tiers (what statfs reports).
+  std::pair<uint64_t, uint64_t> PersistentSpace();
+
+  // Stops the flusher after flushing everything.
+  Status Stop();
+
+ private:
+  struct Tier {
+    std::string name;
+    double score;
+    std::unique_ptr<Bdev> bdev;
+    bool is_volatile;
+  };
+  struct Stripe {
+    Mutex mu;
+  };
+  static constexpr size_t kStripes = 256;
+
+  Cte(KvStore* kv, uint32_t flush_interval_ms) : kv_(kv), flush_interval_ms_(flush_interval_ms) {}
+  Status Recover();
+  Stripe& StripeFor(uint64_t tag, uint64_t blob);
+  Tier* TierById(uint64_t id);
+  Result<BlobEntry> LoadEntry(uint64_t tag, uint64_t blob);
+  // Reads the merged view of a blob; requires the blob's stripe lock.
+  Status ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out);
+  // Copies a dirty blob to a persistent tier; requires the stripe lock.
+  Status FlushBlobLocked(uint64_t tag, uint64_t blob);
+  Status FlushOne(uint64_t tag, uint64_t blob);
+  // Adds OnDurable frees for persistent copies, frees volatile copies now.
+  void ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch);
+  void MarkDirty(uint64_t tag, uint64_t blob);
+  void FlusherLoop();
+
+  KvStore* const kv_;
+  const uint32_t flush_interval_ms_;
+  std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open
+  std::unique_ptr<Stripe[]> stripes_ = std::make_unique<Stripe[]>(kStripes);
+  std::atomic<uint64_t> generation_{1};
+
+  Mutex dirty_mu_;
+  std::set<std::pair<uint64_t, uint64_t>> dirty_ GUARDED_BY(dirty_mu_);
+  std::vector<std::pair<uint64_t, Status>> flush_errors_ GUARDED_BY(dirty_mu_);
+  bool stopping_ GUARDED_BY(dirty_mu_) = false;
+  CondVar flusher_cv_;
+  std::thread flusher_;
+  std::shared_ptr<void> sync_targets_;  // shared with the KV pre-commit hook
+};
+
+}  // namespace clio
