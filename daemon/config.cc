@@ -53,14 +53,15 @@ Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out,
           return ConfigError(file + ":" + std::to_string(kv.first.Mark().line + 1) + ": " +
                              path + ": map keys must be plain names");
         std::string key = kv.first.Scalar();
-        for (const auto& [k, _] : out->map)
+        for (const auto& k : out->keys)
           if (k == key)
             return ConfigError(file + ":" + std::to_string(kv.first.Mark().line + 1) + ": " +
                                (path.empty() ? key : path + "." + key) + ": duplicate key");
         ConfigValue v;
         CLIO_RETURN_IF_ERROR(Convert(kv.second, path.empty() ? key : path + "." + key, &v, file));
         v.line = kv.first.Mark().line + 1;
-        out->map.emplace_back(std::move(key), std::move(v));
+        out->keys.push_back(std::move(key));
+        out->values.push_back(std::move(v));
       }
       return Status::Ok();
     }
@@ -101,7 +102,7 @@ Status ExpandTree(ConfigValue* v, const std::string& state_dir, const std::strin
       return Status::Ok();
     }
     case ConfigValue::Kind::kMap:
-      for (auto& [_, c] : v->map) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file));
+      for (auto& c : v->values) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file));
       return Status::Ok();
     case ConfigValue::Kind::kList:
       for (auto& c : v->list) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file));
@@ -142,8 +143,8 @@ ConfigReader::ConfigReader(const ConfigValue* node, std::string file)
 
 const ConfigValue* ConfigReader::Find(std::string_view key) const {
   if (!node_ || node_->kind != ConfigValue::Kind::kMap) return nullptr;
-  for (const auto& [k, v] : node_->map)
-    if (k == key) return &v;
+  for (size_t i = 0; i < node_->keys.size(); ++i)
+    if (node_->keys[i] == key) return &node_->values[i];
   return nullptr;
 }
 
@@ -208,7 +209,7 @@ const ConfigValue* ConfigReader::Child(std::string_view key) {
 Status ConfigReader::Finish() const {
   if (!node_ || node_->kind == ConfigValue::Kind::kNull) return Status::Ok();
   if (node_->kind != ConfigValue::Kind::kMap) return Error("", "expected a map of keys");
-  for (const auto& [k, v] : node_->map) {
+  for (const auto& k : node_->keys) {
     bool ok = false;
     for (const auto& kn : known_) ok |= kn == k;
     if (!ok) {

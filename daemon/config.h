@@ -18,7 +18,8 @@ struct ConfigValue {
   enum class Kind { kNull, kScalar, kMap, kList };
   Kind kind = Kind::kNull;
   std::string scalar;                                   // kScalar, ${VAR} already expanded
-  std::vector<std::pair<std::string, ConfigValue>> map; // kMap, in file order
+  std::vector<std::string> keys;                        // kMap, in file order
+  std::vector<ConfigValue> values;                      // kMap, values[i] belongs to keys[i]
   std::vector<ConfigValue> list;                        // kList
   int line = 0;                                         // 1-based line in the file
   std::string path;                                     // "compose[1].storage[0]"

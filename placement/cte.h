@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "placement/blob_index.h"
 #include "storage/bdev.h"
 #include "storage/kv.h"
 

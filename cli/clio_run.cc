@@ -1,0 +1,202 @@
+// clio_run: the runtime daemon. `start [--foreground] [--fresh]`, `stop`, `status`.
+// This is the composition root: the only place that names every module's factory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/ipc.h"
+#include "daemon/runtime.h"
+#include "fs/fs_pool.h"
+#include "placement/cte_pool.h"
+#include "storage/kv.h"
+
+namespace clio {
+namespace {
+
+std::string PidFile(const RuntimeConfig& cfg) { return cfg.state_dir + "/clio_run.pid"; }
+
+// Runs the runtime in this process until it stops. `ready_fd` (if >= 0) receives one byte
+// "0" when serving, or an error message, so a parent can report start-up failures.
+int RunRuntime(RuntimeConfig cfg, int ready_fd) {
+  auto report = [&](const std::string& msg) {
+    if (ready_fd >= 0) {
+      std::string m = msg.empty() ? std::string("0") : "1" + msg;
+      (void)!::write(ready_fd, m.data(), m.size());
+      ::close(ready_fd);
+      ready_fd = -1;
+    }
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.state_dir, ec);
+  if (ec) {
+    report("cannot create state directory " + cfg.state_dir + ": " + ec.message());
+    return 1;
+  }
+  KvOptions ko;
+  ko.path = cfg.metadata_path;
+  ko.commit_interval_ms = cfg.commit_interval_ms;
+  auto kv = OpenRocksDbKv(ko);
+  if (!kv.ok()) {
+    std::string m = "opening metadata: " + kv.status().ToString();
+    CLIO_LOG_ERROR("{}", m);
+    report(m);
+    return 1;
+  }
+  std::string pidfile = PidFile(cfg);
+  Runtime rt(std::move(cfg));
+  rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get()));
+  rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get()));
+  Status s = rt.Compose();
+  if (!s.ok()) {
+    CLIO_LOG_ERROR("{}", s.ToString());
+    report(s.ToString());
+    (void)(*kv)->Close();
+    return s.code() == Code::kConfigError ? 2 : 1;
+  }
+  s = rt.Serve([&] {
+    std::ofstream(pidfile) << getpid() << "\n";
+    report("");
+  });
+  if (!s.ok()) {
+    CLIO_LOG_ERROR("{}", s.ToString());
+    report(s.ToString());
+  }
+  CLIO_LOG_INFO("stopping: flushing volatile tiers and committing metadata");
+  Status stop = rt.StopPools();
+  Status close = (*kv)->Close();
+  ::unlink(pidfile.c_str());
+  if (!stop.ok() || !close.ok()) {
+    CLIO_LOG_ERROR("unclean stop: {} / {}", stop.ToString(), close.ToString());
+    return 1;
+  }
+  CLIO_LOG_INFO("stopped cleanly");
+  return s.ok() ? 0 : 1;
+}
+
+int Start(RuntimeConfig cfg, bool foreground, bool fresh) {
+  if (fresh)
+    CLIO_LOG_INFO("--fresh: volatile tiers always start empty; the filesystem is kept");
+  if (foreground) return RunRuntime(std::move(cfg), -1);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("clio_run: pipe");
+    return 1;
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("clio_run: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setsid();
+    int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) ::dup2(null, 0);
+    // stderr stays: logs go wherever the caller sent them (journald under systemd).
+    if (::fork() > 0) _exit(0);  // the grandchild is not a session leader
+    _exit(RunRuntime(std::move(cfg), fds[1]));
+  }
+  ::close(fds[1]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  std::string msg;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  if (msg == "0") return 0;
+  if (msg.empty()) msg = "1the runtime exited during start-up (see the log above)";
+  std::fprintf(stderr, "clio_run: start failed: %s\n", msg.c_str() + 1);
+  return msg.find("ConfigError") != std::string::npos ? 2 : 1;
+}
+
+Result<std::unique_ptr<RuntimeClient>> ConnectTo(const RuntimeConfig& cfg) {
+  RuntimeClient::Options o;
+  o.socket_path = cfg.socket_path;
+  return RuntimeClient::Connect(o);
+}
+
+int Stop(const RuntimeConfig& cfg) {
+  auto c = ConnectTo(cfg);
+  if (!c.ok()) {
+    std::fprintf(stderr, "clio_run: %s\n", c.status().message().c_str());
+    return 1;
+  }
+  Encoder none;
+  auto ping = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kPing), none.buffer());
+  uint64_t pid = 0;
+  Decoder d(ping.ok() ? *ping : std::string());
+  d.Get(&pid);
+  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStop), none.buffer(), false);
+  if (!r.ok()) {
+    std::fprintf(stderr, "clio_run: stop failed: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "clio_run: stopping runtime (pid %llu), flushing data...\n",
+               static_cast<unsigned long long>(pid));
+  // Wait for the process to finish flushing and exit; a stop that flushes gigabytes takes time.
+  while (pid != 0 && ::kill(static_cast<pid_t>(pid), 0) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::fprintf(stderr, "clio_run: stopped\n");
+  return 0;
+}
+
+int StatusCmd(const RuntimeConfig& cfg) {
+  auto c = ConnectTo(cfg);
+  if (!c.ok()) {
+    std::printf("not running (%s)\n", c.status().message().c_str());
+    return 1;
+  }
+  Encoder none;
+  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStatus), none.buffer());
+  if (!r.ok()) {
+    std::fprintf(stderr, "clio_run: status failed: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("running: %s", r->c_str());
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  InitLogging("run");
+  CLI::App app{"clio_run: the CLIO runtime daemon (config: CLIO_CONF, ~/.clio/clio.yaml, /etc/clio/clio.yaml)"};
+  app.require_subcommand(1);
+  bool foreground = false, fresh = false;
+  auto* start = app.add_subcommand("start", "start the runtime (daemonizes once serving unless --foreground)");
+  start->add_flag("--foreground,-f", foreground, "stay in the foreground (systemd)");
+  start->add_flag("--fresh", fresh, "discard the runtime's own state; never the filesystem");
+  auto* stop = app.add_subcommand("stop", "stop the runtime gracefully, flushing all data");
+  auto* status = app.add_subcommand("status", "show whether the runtime runs and its pools");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto cfg = LoadRuntimeConfig();
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "clio_run: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  if (*start) return Start(std::move(cfg).value(), foreground, fresh);
+  if (*stop) return Stop(*cfg);
+  if (*status) return StatusCmd(*cfg);
+  return 2;
+}
+
+}  // namespace
+}  // namespace clio
+
+int main(int argc, char** argv) { return clio::Main(argc, argv); }

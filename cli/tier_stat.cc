@@ -1,0 +1,65 @@
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "common/codec.h"
+#include "common/size.h"
+#include "daemon/ipc.h"
+#include "placement/cte_pool.h"
+
+namespace clio {
+
+int TierStat(const CommandContext& ctx) {
+  RuntimeClient::Options o;
+  o.socket_path = ctx.socket_path;
+  auto c = RuntimeClient::Connect(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "clioctl: %s\n", c.status().message().c_str());
+    return 1;
+  }
+  Encoder find;
+  find.PutBytes("clio_cte_core");
+  auto pool = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+  uint32_t id = 0;
+  Decoder pd(pool.ok() ? *pool : std::string());
+  if (!pool.ok() || !pd.Get(&id)) {
+    std::fprintf(stderr, "clioctl: the runtime has no clio_cte_core pool: %s\n", pool.status().message().c_str());
+    return 1;
+  }
+  auto r = (*c)->Call(id, static_cast<uint32_t>(CteMethod::kListTiers), "");
+  if (!r.ok()) {
+    std::fprintf(stderr, "clioctl: tier stat failed: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  auto tiers = DecodeTierList(*r);
+  if (!tiers.ok()) {
+    std::fprintf(stderr, "clioctl: bad reply from the runtime: %s\n", tiers.status().ToString().c_str());
+    return 1;
+  }
+  if (ctx.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const TierInfo& t : *tiers)
+      out.push_back({{"name", t.name},
+                     {"id", t.tier_id},
+                     {"type", BdevTypeName(t.stats.type)},
+                     {"capacity", t.stats.capacity},
+                     {"used", t.stats.used},
+                     {"remaining", t.stats.remaining},
+                     {"score", t.score},
+                     {"persistence", PersistenceName(t.stats.persistence)},
+                     {"backend", t.stats.backend},
+                     {"lifetime_days", t.stats.lifetime_days}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-40s %-6s %12s %12s %12s %6s %-10s\n", "NAME", "TYPE", "CAPACITY", "USED", "REMAINING",
+              "SCORE", "PERSISTENCE");
+  for (const TierInfo& t : *tiers)
+    std::printf("%-40s %-6s %12s %12s %12s %6.2f %-10s\n", t.name.c_str(),
+                std::string(BdevTypeName(t.stats.type)).c_str(), FormatSize(t.stats.capacity).c_str(),
+                FormatSize(t.stats.used).c_str(), FormatSize(t.stats.remaining).c_str(), t.score,
+                std::string(PersistenceName(t.stats.persistence)).c_str());
+  return 0;
+}
+
+}  // namespace clio

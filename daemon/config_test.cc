@@ -1,0 +1,92 @@
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "daemon/config.h"
+
+using namespace clio;
+
+TEST_CASE("the built-in default config parses and composes CTE and filesystem") {
+  auto c = ParseRuntimeConfig(DefaultConfigYaml(), "(defaults)");
+  REQUIRE(c.ok());
+  REQUIRE(c->compose.size() == 2);
+  CHECK(c->compose[0].mod_name == "clio_cte_core");
+  CHECK(c->compose[0].pool_major == 512);
+  CHECK(c->compose[1].mod_name == "clio_fs");
+  CHECK(c->socket_path == c->state_dir + "/clio.sock");
+  CHECK(c->metadata_path == c->state_dir + "/metadata");
+  CHECK(c->commit_interval_ms == 2000);
+}
+
+TEST_CASE("state_dir and environment variables expand") {
+  setenv("CLIO_TEST_ROOT", "/tmp/xyz", 1);
+  auto c = ParseRuntimeConfig(
+      "runtime:\n  state_dir: ${CLIO_TEST_ROOT}/state\nmetadata:\n  path: ${CLIO_STATE_DIR}/md\n", "t.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->state_dir == "/tmp/xyz/state");
+  CHECK(c->metadata_path == "/tmp/xyz/state/md");
+}
+
+TEST_CASE("bad configs name the file, the line and the key") {
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  } cases[] = {
+      {"runtime:\n  num_threads: 4\n  bogus_key: 1\n", "t.yaml:3: runtime.bogus_key: unknown key"},
+      {"runtime:\n  num_threads: many\n", "t.yaml:2: runtime.num_threads"},
+      {"runtime:\n  num_threads: 0\n", "num_threads: must be between"},
+      {"metadata:\n  backend: sqlite\n", "unknown metadata backend 'sqlite'"},
+      {"surprise: 1\n", "t.yaml:1: surprise: unknown key"},
+      {"compose:\n  - mod_name: x\n    pool_name: a\n    pool_id: \"nope\"\n", "t.yaml:4: compose[0].pool_id: bad pool_id 'nope'"},
+      {"compose:\n  - mod_name: x\n    pool_name: a\n    pool_id: \"1.0\"\n  - mod_name: y\n    pool_name: a\n    pool_id: \"2.0\"\n",
+       "duplicate pool_name 'a'"},
+      {"metadata:\n  path: ${CLIO_SURELY_UNSET_VAR}/x\n", "t.yaml:2: metadata.path: environment variable ${CLIO_SURELY_UNSET_VAR} is not set"},
+      {"runtime: [1, 2\n", "t.yaml:"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.yaml);
+    auto r = ParseRuntimeConfig(c.yaml, "t.yaml");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kConfigError);
+    CHECK(r.status().message().find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("ConfigReader validates sizes and unknown keys of a module entry") {
+  auto c = ParseRuntimeConfig(
+      "compose:\n  - mod_name: m\n    pool_name: p\n    pool_id: \"5.0\"\n    capacity: 12XB\n    extra: 1\n",
+      "m.yaml");
+  REQUIRE(c.ok());
+  ConfigReader r(c->compose[0].node, "m.yaml");
+  auto size = r.Size("capacity", 0);
+  REQUIRE_FALSE(size.ok());
+  CHECK(size.status().message().find("m.yaml:5: compose[0].capacity: bad size '12XB'") != std::string::npos);
+  (void)r.String("mod_name", "");
+  (void)r.String("pool_name", "");
+  (void)r.String("pool_id", "");
+  Status fin = r.Finish();
+  CHECK(fin.message().find("m.yaml:6: compose[0].extra: unknown key") != std::string::npos);
+}
+
+TEST_CASE("a missing config file is an error naming it") {
+  auto r = LoadRuntimeConfigFile("/nonexistent/clio.yaml");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kConfigError);
+  CHECK(r.status().message().find("/nonexistent/clio.yaml") != std::string::npos);
+}
+
+TEST_CASE("CLIO_CONF selects the file") {
+  char tmpl[] = "/tmp/clio_conf_XXXXXX";
+  int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(tmpl) << "runtime:\n  state_dir: /tmp/from_conf\n";
+  setenv("CLIO_CONF", tmpl, 1);
+  auto r = LoadRuntimeConfig();
+  unsetenv("CLIO_CONF");
+  unlink(tmpl);
+  REQUIRE(r.ok());
+  CHECK(r->state_dir == "/tmp/from_conf");
+  CHECK(r->file == tmpl);
+}

@@ -1,0 +1,131 @@
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "common/codec.h"
+#include "daemon/ipc.h"
+#include "daemon/runtime.h"
+
+using namespace clio;
+
+namespace {
+
+// A pool that echoes its payload, or fails on method 2.
+class EchoPool : public Pool {
+ public:
+  Result<std::string> Handle(uint32_t method, std::string_view payload) override {
+    if (method == 2) return Status(Code::kNoSpace, "echo says full");
+    return std::string(payload);
+  }
+};
+
+struct RuntimeFixture {
+  std::string dir;
+  std::unique_ptr<Runtime> rt;
+  std::thread serve;
+  RuntimeFixture() {
+    char tmpl[] = "/tmp/clio_ipc_XXXXXX";
+    dir = mkdtemp(tmpl);
+    auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\ncompose:\n  - mod_name: echo\n    pool_name: e\n    pool_id: \"7.0\"\n", "t");
+    REQUIRE(cfg.ok());
+    rt = std::make_unique<Runtime>(std::move(cfg).value());
+    rt->RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
+      return std::unique_ptr<Pool>(new EchoPool);
+    });
+    REQUIRE(rt->Compose().ok());
+    std::atomic<bool> ready{false};
+    serve = std::thread([&] { (void)rt->Serve([&] { ready = true; }); });
+    while (!ready) std::this_thread::yield();
+  }
+  ~RuntimeFixture() {
+    rt->RequestStop();
+    serve.join();
+    (void)rt->StopPools();
+    std::filesystem::remove_all(dir);
+  }
+  std::string sock() const { return rt->config().socket_path; }
+};
+
+}  // namespace
+
+TEST_CASE("client and runtime exchange requests, errors and large payloads") {
+  RuntimeFixture f;
+  RuntimeClient::Options o;
+  o.socket_path = f.sock();
+  auto c = RuntimeClient::Connect(o);
+  REQUIRE(c.ok());
+  auto r = (*c)->Call(7, 1, "hello");
+  REQUIRE(r.ok());
+  CHECK(*r == "hello");
+  std::string big(8u << 20, 'x');
+  big[12345] = 'y';
+  auto rb = (*c)->Call(7, 1, big);
+  REQUIRE(rb.ok());
+  CHECK(*rb == big);
+  auto e = (*c)->Call(7, 2, "");
+  CHECK(e.status().code() == Code::kNoSpace);
+  CHECK(e.status().message() == "echo says full");
+  CHECK((*c)->Call(99, 1, "").status().code() == Code::kNotFound);
+  Encoder find;
+  find.PutBytes("e");
+  auto id = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+  REQUIRE(id.ok());
+  Decoder d(*id);
+  uint32_t pool = 0;
+  CHECK(d.Get(&pool));
+  CHECK(pool == 7);
+  // Concurrent callers share the connection pool.
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([&, i] {
+      for (int j = 0; j < 50; ++j) {
+        std::string p = std::to_string(i * 1000 + j);
+        auto x = (*c)->Call(7, 1, p);
+        if (x.ok() && *x == p) ++ok;
+      }
+    });
+  for (auto& t : ts) t.join();
+  CHECK(ok == 400);
+}
+
+TEST_CASE("a malformed frame closes that connection only; the runtime keeps serving") {
+  RuntimeFixture f;
+  RuntimeClient::Options o;
+  o.socket_path = f.sock();
+  for (int variant = 0; variant < 3; ++variant) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, f.sock().c_str());
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    RequestHeader h;
+    if (variant == 0) h.magic = 0xdeadbeef;
+    if (variant == 1) h.version = 99;
+    if (variant == 2) h.payload_len = kMaxPayload + 1;
+    REQUIRE(send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
+    char b;
+    CHECK(recv(fd, &b, 1, 0) == 0);  // closed without a reply
+    close(fd);
+  }
+  auto c = RuntimeClient::Connect(o);
+  REQUIRE(c.ok());
+  CHECK((*c)->Call(7, 1, "still here").ok());
+}
+
+TEST_CASE("a second runtime on the same socket is refused; no runtime is Unavailable") {
+  RuntimeFixture f;
+  Runtime second(f.rt->config());
+  CHECK(second.Serve(nullptr).code() == Code::kBusy);
+  RuntimeClient::Options o;
+  o.socket_path = f.dir + "/nothing.sock";
+  auto c = RuntimeClient::Connect(o);
+  CHECK(c.status().code() == Code::kUnavailable);
+  CHECK(c.status().message().find("not running") != std::string::npos);
+}

@@ -1,0 +1,142 @@
+#include "fs/fs_pool.h"
+
+#include "common/codec.h"
+#include "daemon/ipc.h"
+#include "placement/cte_pool.h"
+#include "storage/kv.h"
+
+namespace clio {
+
+ModuleFactory MakeFsModuleFactory(KvStore* kv) {
+  return [kv](const ComposeEntry& entry, const std::string& file,
+              PoolRegistry& registry) -> Result<std::unique_ptr<Pool>> {
+    ConfigReader r(entry.node, file);
+    (void)r.String("mod_name", "");
+    (void)r.String("pool_name", "");
+    (void)r.String("pool_id", "");
+    (void)r.String("pool_query", "local");
+    CLIO_ASSIGN_OR_RETURN(std::string cte_name, r.String("cte_pool", "clio_cte_core"));
+    CLIO_ASSIGN_OR_RETURN(uint64_t chunk, r.Size("chunk_size", 1u << 20));
+    CLIO_RETURN_IF_ERROR(r.Finish());
+    if (chunk < 4096 || chunk > (64u << 20) || (chunk & (chunk - 1)))
+      return r.Error("chunk_size", "must be a power of two between 4 KiB and 64 MiB");
+    auto* cte = registry.Find<CtePool>(cte_name);
+    if (!cte) return r.Error("cte_pool", "no clio_cte_core pool named '" + cte_name + "' is composed before this one");
+    CLIO_ASSIGN_OR_RETURN(auto ns, Namespace::Open(kv, cte->cte(), chunk));
+    return std::unique_ptr<Pool>(new FsPool(std::move(ns), kv));
+  };
+}
+
+Status FsPool::Stop() { return kv_->Sync(); }
+
+namespace {
+
+Result<std::string> AttrReply(Result<InodeAttr> a) {
+  if (!a.ok()) return a.status();
+  Encoder e;
+  EncodeAttr(&e, *a);
+  return e.Take();
+}
+
+Result<std::string> Empty(Status s) {
+  if (!s.ok()) return s;
+  return std::string();
+}
+
+}  // namespace
+
+Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
+  Decoder d(payload);
+  uint64_t ino = 0, parent = 0, new_parent = 0, offset = 0;
+  uint32_t mode = 0, uid = 0, gid = 0, flags = 0, len = 0;
+  std::string_view name, new_name, data;
+  auto done = [&](std::string_view what) { return d.Finish(what); };
+  switch (static_cast<FsMethod>(method)) {
+    case FsMethod::kLookup:
+      d.Get(&parent); d.GetBytes(&name);
+      CLIO_RETURN_IF_ERROR(done("lookup"));
+      return AttrReply(ns_->Lookup(parent, name));
+    case FsMethod::kGetAttr:
+      d.Get(&ino);
+      CLIO_RETURN_IF_ERROR(done("getattr"));
+      return AttrReply(ns_->GetAttr(ino));
+    case FsMethod::kSetAttr: {
+      SetAttrRequest req;
+      d.Get(&ino);
+      DecodeSetAttr(&d, &req);
+      CLIO_RETURN_IF_ERROR(done("setattr"));
+      return AttrReply(ns_->SetAttr(ino, req));
+    }
+    case FsMethod::kCreate:
+    case FsMethod::kMkdir:
+      d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&uid); d.Get(&gid);
+      CLIO_RETURN_IF_ERROR(done("create"));
+      return AttrReply(static_cast<FsMethod>(method) == FsMethod::kCreate
+                           ? ns_->Create(parent, name, mode, uid, gid)
+                           : ns_->Mkdir(parent, name, mode, uid, gid));
+    case FsMethod::kSymlink:
+      d.Get(&parent); d.GetBytes(&name); d.GetBytes(&data); d.Get(&uid); d.Get(&gid);
+      CLIO_RETURN_IF_ERROR(done("symlink"));
+      return AttrReply(ns_->Symlink(parent, name, data, uid, gid));
+    case FsMethod::kReadlink:
+      d.Get(&ino);
+      CLIO_RETURN_IF_ERROR(done("readlink"));
+      return ns_->Readlink(ino);
+    case FsMethod::kUnlink:
+    case FsMethod::kRmdir:
+      d.Get(&parent); d.GetBytes(&name);
+      CLIO_RETURN_IF_ERROR(done("unlink"));
+      return Empty(static_cast<FsMethod>(method) == FsMethod::kUnlink ? ns_->Unlink(parent, name)
+                                                                      : ns_->Rmdir(parent, name));
+    case FsMethod::kRename:
+      d.Get(&parent); d.GetBytes(&name); d.Get(&new_parent); d.GetBytes(&new_name); d.Get(&flags);
+      CLIO_RETURN_IF_ERROR(done("rename"));
+      return Empty(ns_->Rename(parent, name, new_parent, new_name, flags));
+    case FsMethod::kReadDir: {
+      d.Get(&ino); d.GetBytes(&name); d.Get(&len);
+      CLIO_RETURN_IF_ERROR(done("readdir"));
+      CLIO_ASSIGN_OR_RETURN(auto entries, ns_->ReadDir(ino, name, len));
+      Encoder e;
+      e.Put<uint32_t>(static_cast<uint32_t>(entries.size()));
+      for (const auto& ent : entries) {
+        e.PutBytes(ent.name);
+        EncodeAttr(&e, ent.attr);
+      }
+      return e.Take();
+    }
+    case FsMethod::kOpen:
+    case FsMethod::kRelease:
+    case FsMethod::kFlush:
+    case FsMethod::kFsync:
+      d.Get(&ino);
+      CLIO_RETURN_IF_ERROR(done("open/release/flush/fsync"));
+      switch (static_cast<FsMethod>(method)) {
+        case FsMethod::kOpen: return Empty(ns_->Open(ino));
+        case FsMethod::kRelease: return Empty(ns_->Release(ino));
+        case FsMethod::kFlush: return Empty(ns_->Flush(ino));
+        default: return Empty(ns_->Fsync(ino));
+      }
+    case FsMethod::kRead:
+      d.Get(&ino); d.Get(&offset); d.Get(&len);
+      CLIO_RETURN_IF_ERROR(done("read"));
+      if (len > kMaxPayload) return InvalidArgument("read larger than a frame");
+      return ns_->Read(ino, offset, len);
+    case FsMethod::kWrite: {
+      d.Get(&ino); d.Get(&offset); d.GetBytes(&data);
+      CLIO_RETURN_IF_ERROR(done("write"));
+      CLIO_RETURN_IF_ERROR(ns_->Write(ino, offset, data));
+      Encoder e;
+      e.Put<uint32_t>(static_cast<uint32_t>(data.size()));
+      return e.Take();
+    }
+    case FsMethod::kStatfs: {
+      CLIO_RETURN_IF_ERROR(done("statfs"));
+      Encoder e;
+      EncodeStatfs(&e, ns_->Statfs());
+      return e.Take();
+    }
+  }
+  return Status(Code::kNotSupported, "clio_fs: unknown method " + std::to_string(method));
+}
+
+}  // namespace clio

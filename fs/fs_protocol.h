@@ -1,0 +1,107 @@
+// Messages between clio-fuse and the clio_fs pool. Format: docs/ipc.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/status.h"
+
+namespace clio {
+
+inline constexpr uint64_t kRootIno = 1;
+inline constexpr size_t kMaxNameLen = 255;
+inline constexpr size_t kMaxSymlinkLen = 4095;
+
+struct InodeAttr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // type and permission bits (S_IFREG | 0644)
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  int64_t atime_ns = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t parent = 0;  // directories: the parent directory (for rename cycle checks)
+};
+
+struct DirEntry {
+  std::string name;
+  InodeAttr attr;
+};
+
+struct FsStatfs {
+  uint64_t block_size = 4096;
+  uint64_t blocks = 0;
+  uint64_t blocks_free = 0;
+  uint64_t files = 0;
+  uint64_t files_free = 0;
+  uint32_t name_max = kMaxNameLen;
+};
+
+// SetAttr `valid` bits.
+enum SetAttrBits : uint32_t {
+  kSetMode = 1u << 0,
+  kSetUid = 1u << 1,
+  kSetGid = 1u << 2,
+  kSetSize = 1u << 3,
+  kSetAtime = 1u << 4,
+  kSetMtime = 1u << 5,
+  kSetAtimeNow = 1u << 6,
+  kSetMtimeNow = 1u << 7,
+};
+
+struct SetAttrRequest {
+  uint32_t valid = 0;
+  uint32_t mode = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  int64_t atime_ns = 0;
+  int64_t mtime_ns = 0;
+};
+
+enum class FsMethod : uint32_t {
+  kLookup = 1,
+  kGetAttr,
+  kSetAttr,
+  kCreate,
+  kMkdir,
+  kSymlink,
+  kReadlink,
+  kUnlink,
+  kRmdir,
+  kRename,
+  kReadDir,
+  kOpen,
+  kRelease,
+  kRead,
+  kWrite,
+  kFsync,
+  kFlush,
+  kStatfs,
+};
+
+// Methods whose effect changes if applied twice; the client never resends them blindly.
+inline bool IsIdempotent(FsMethod m) {
+  switch (m) {
+    case FsMethod::kCreate: case FsMethod::kMkdir: case FsMethod::kSymlink:
+    case FsMethod::kUnlink: case FsMethod::kRmdir: case FsMethod::kRename:
+    case FsMethod::kOpen: case FsMethod::kRelease:
+      return false;
+    default:
+      return true;
+  }
+}
+
+void EncodeAttr(Encoder* e, const InodeAttr& a);
+bool DecodeAttr(Decoder* d, InodeAttr* a);
+void EncodeSetAttr(Encoder* e, const SetAttrRequest& r);
+bool DecodeSetAttr(Decoder* d, SetAttrRequest* r);
+void EncodeStatfs(Encoder* e, const FsStatfs& s);
+bool DecodeStatfs(Decoder* d, FsStatfs* s);
+
+}  // namespace clio

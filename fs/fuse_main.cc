@@ -1,0 +1,480 @@
+// clio-fuse: the FUSE daemon (libfuse3 low-level API). A client of the runtime: every file
+// operation becomes a request to the clio_fs pool. Stateless apart from open directory
+// listings, so a runtime restart does not take the mount down (requests wait for the runtime
+// to come back, up to --reconnect-wait seconds).
+#define FUSE_USE_VERSION 34
+
+#include <fuse3/fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/ipc.h"
+#include "fs/errno_map.h"
+#include "fs/fs_protocol.h"
+
+namespace clio {
+namespace {
+
+constexpr double kAttrTimeout = 1.0;
+constexpr uint32_t kReadDirPage = 1024;
+
+struct FuseState {
+  std::unique_ptr<RuntimeClient> client;
+  uint32_t pool = 0;
+};
+
+FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
+
+Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
+  FuseState* s = State(req);
+  return s->client->Call(s->pool, static_cast<uint32_t>(m), e.buffer(), IsIdempotent(m));
+}
+
+struct stat ToStat(const InodeAttr& a) {
+  struct stat st {};
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blksize = 4096;
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_atim = {a.atime_ns / 1000000000, a.atime_ns % 1000000000};
+  st.st_mtim = {a.mtime_ns / 1000000000, a.mtime_ns % 1000000000};
+  st.st_ctim = {a.ctime_ns / 1000000000, a.ctime_ns % 1000000000};
+  return st;
+}
+
+fuse_entry_param ToEntry(const InodeAttr& a) {
+  fuse_entry_param e{};
+  e.ino = a.ino;
+  e.generation = 1;
+  e.attr = ToStat(a);
+  e.attr_timeout = kAttrTimeout;
+  e.entry_timeout = kAttrTimeout;
+  return e;
+}
+
+void ReplyErr(fuse_req_t req, const Status& s) { fuse_reply_err(req, ToErrno(s)); }
+
+bool DecodeAttrReply(const std::string& body, InodeAttr* a) {
+  Decoder d(body);
+  return DecodeAttr(&d, a) && d.Finish("attr").ok();
+}
+
+void ReplyEntry(fuse_req_t req, const Result<std::string>& r) {
+  if (!r.ok()) return ReplyErr(req, r.status());
+  InodeAttr a;
+  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  fuse_entry_param e = ToEntry(a);
+  fuse_reply_entry(req, &e);
+}
+
+void ReplyAttr(fuse_req_t req, const Result<std::string>& r) {
+  if (!r.ok()) return ReplyErr(req, r.status());
+  InodeAttr a;
+  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  struct stat st = ToStat(a);
+  fuse_reply_attr(req, &st, kAttrTimeout);
+}
+
+void ReplyStatus(fuse_req_t req, const Result<std::string>& r) {
+  fuse_reply_err(req, r.ok() ? 0 : ToErrno(r.status()));
+}
+
+void OpInit(void*, fuse_conn_info* conn) {
+  if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  conn->max_write = 1u << 20;
+  conn->max_readahead = 1u << 20;
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  ReplyEntry(req, Call(req, FsMethod::kLookup, e));
+}
+
+// Inode numbers are stable ids kept by the runtime; the kernel's lookup counts need no
+// bookkeeping here because nothing is cached per inode in this process.
+void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  ReplyAttr(req, Call(req, FsMethod::kGetAttr, e));
+}
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  SetAttrRequest r;
+  if (to_set & FUSE_SET_ATTR_MODE) r.valid |= kSetMode, r.mode = attr->st_mode;
+  if (to_set & FUSE_SET_ATTR_UID) r.valid |= kSetUid, r.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) r.valid |= kSetGid, r.gid = attr->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) r.valid |= kSetSize, r.size = static_cast<uint64_t>(attr->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) r.valid |= kSetAtimeNow;
+  else if (to_set & FUSE_SET_ATTR_ATIME)
+    r.valid |= kSetAtime, r.atime_ns = attr->st_atim.tv_sec * 1000000000LL + attr->st_atim.tv_nsec;
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) r.valid |= kSetMtimeNow;
+  else if (to_set & FUSE_SET_ATTR_MTIME)
+    r.valid |= kSetMtime, r.mtime_ns = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  EncodeSetAttr(&e, r);
+  ReplyAttr(req, Call(req, FsMethod::kSetAttr, e));
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  auto r = Call(req, FsMethod::kReadlink, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fuse_reply_readlink(req, r->c_str());
+}
+
+void MakeNode(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name, mode_t mode) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
+      .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  ReplyEntry(req, Call(req, m, e));
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  MakeNode(req, FsMethod::kMkdir, parent, name, mode);
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).PutBytes(link).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  ReplyEntry(req, Call(req, FsMethod::kSymlink, e));
+}
+
+void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name) {
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  ReplyStatus(req, Call(req, m, e));
+}
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kUnlink, parent, name); }
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kRmdir, parent, name); }
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags) {
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
+  ReplyStatus(req, Call(req, FsMethod::kRename, e));
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
+      .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  auto r = Call(req, FsMethod::kCreate, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  InodeAttr a;
+  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  fuse_entry_param ent = ToEntry(a);
+  fi->keep_cache = 1;
+  fuse_reply_create(req, &ent, fi);
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  auto r = Call(req, FsMethod::kOpen, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fi->keep_cache = 1;  // this mount is the only writer of its files
+  fuse_reply_open(req, fi);
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).Put<uint32_t>(static_cast<uint32_t>(size));
+  auto r = Call(req, FsMethod::kRead, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fuse_reply_buf(req, r->data(), r->size());
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
+  auto r = Call(req, FsMethod::kWrite, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fuse_reply_write(req, size);
+}
+
+void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  ReplyStatus(req, Call(req, m, e));
+}
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kFlush, ino); }
+void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kRelease, ino); }
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
+// Directory entries are metadata; fsync of a directory commits the metadata.
+void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
+
+// An open directory holds a snapshot of its listing, so offsets stay valid while entries come
+// and go (what POSIX asks of readdir).
+struct DirHandle {
+  std::vector<DirEntry> entries;
+};
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto h = std::make_unique<DirHandle>();
+  std::string after;
+  while (true) {
+    Encoder e;
+    e.Put<uint64_t>(ino).PutBytes(after).Put<uint32_t>(kReadDirPage);
+    auto r = Call(req, FsMethod::kReadDir, e);
+    if (!r.ok()) return ReplyErr(req, r.status());
+    Decoder d(*r);
+    uint32_t n = 0;
+    d.Get(&n);
+    for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+      DirEntry ent;
+      d.GetString(&ent.name);
+      DecodeAttr(&d, &ent.attr);
+      h->entries.push_back(std::move(ent));
+    }
+    if (!d.Finish("readdir").ok()) return (void)fuse_reply_err(req, EIO);
+    if (n < kReadDirPage) break;
+    after = h->entries.back().name;
+  }
+  fi->fh = reinterpret_cast<uint64_t>(h.release());
+  fuse_reply_open(req, fi);
+}
+
+void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+  auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+  std::string buf(size, '\0');
+  size_t used = 0;
+  // Offsets: 0 -> ".", 1 -> "..", 2 + i -> entries[i]; each entry carries the next offset.
+  for (size_t i = static_cast<size_t>(off); i < h->entries.size() + 2; ++i) {
+    const char* name;
+    InodeAttr a;
+    if (i == 0) {
+      name = ".";
+      a.ino = ino;
+      a.mode = S_IFDIR;
+    } else if (i == 1) {
+      name = "..";
+      a.ino = ino;  // the kernel resolves ".." itself
+      a.mode = S_IFDIR;
+    } else {
+      name = h->entries[i - 2].name.c_str();
+      a = h->entries[i - 2].attr;
+    }
+    size_t n;
+    if (plus && i >= 2) {
+      fuse_entry_param e = ToEntry(a);
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+    } else if (plus) {
+      fuse_entry_param e{};
+      e.attr.st_ino = a.ino;
+      e.attr.st_mode = a.mode;
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+    } else {
+      struct stat st {};
+      st.st_ino = a.ino;
+      st.st_mode = a.mode;
+      n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, static_cast<off_t>(i + 1));
+    }
+    if (n > size - used) break;
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, false);
+}
+void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, true);
+}
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t) {
+  Encoder e;
+  auto r = Call(req, FsMethod::kStatfs, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  FsStatfs s;
+  Decoder d(*r);
+  if (!DecodeStatfs(&d, &s)) return (void)fuse_reply_err(req, EIO);
+  struct statvfs v {};
+  v.f_bsize = v.f_frsize = s.block_size;
+  v.f_blocks = s.blocks;
+  v.f_bfree = v.f_bavail = s.blocks_free;
+  v.f_files = s.files;
+  v.f_ffree = v.f_favail = s.files_free;
+  v.f_namemax = s.name_max;
+  fuse_reply_statfs(req, &v);
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.getattr = OpGetattr;
+  ops.setattr = OpSetattr;
+  ops.readlink = OpReadlink;
+  ops.mkdir = OpMkdir;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.symlink = OpSymlink;
+  ops.rename = OpRename;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.write = OpWrite;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.readdirplus = OpReaddirplus;
+  ops.releasedir = OpReleasedir;
+  ops.fsyncdir = OpFsyncdir;
+  ops.statfs = OpStatfs;
+  ops.create = OpCreate;
+  return ops;
+}
+
+bool IsMountPoint(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // Field 5 is the mount point (octal escapes for spaces; our check compares raw paths).
+    size_t pos = 0;
+    for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
+    if (pos == std::string::npos) continue;
+    size_t end = line.find(' ', pos + 1);
+    if (line.substr(pos + 1, end - pos - 1) == path) return true;
+  }
+  return false;
+}
+
+int Usage(const char* msg) {
+  if (msg) std::fprintf(stderr, "clio-fuse: %s\n", msg);
+  std::fprintf(stderr,
+               "usage: clio-fuse MOUNTPOINT [-f|--foreground] [-o OPT[,OPT...]] [-d]\n"
+               "  Mounts the CLIO filesystem served by the runtime (CLIO_CONF names its config).\n"
+               "  -o allow_other   let other users in (default: only the mounting user)\n"
+               "  Unmount with: fusermount3 -u MOUNTPOINT\n");
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  InitLogging("fuse");
+  std::string mountpoint;
+  bool foreground = false, debug = false;
+  std::string opts = "default_permissions,fsname=clio,subtype=clio";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-f" || a == "--foreground") foreground = true;
+    else if (a == "-d" || a == "--debug") debug = foreground = true;
+    else if (a == "-h" || a == "--help") return Usage(nullptr), 0;
+    else if (a == "-o" && i + 1 < argc) opts += std::string(",") + argv[++i];
+    else if (a.rfind("-o", 0) == 0 && a.size() > 2) opts += "," + a.substr(2);
+    else if (!a.empty() && a[0] == '-') return Usage(("unknown option " + a).c_str());
+    else if (mountpoint.empty()) mountpoint = a;
+    else return Usage("more than one mount point given");
+  }
+  if (mountpoint.empty()) return Usage("no mount point given");
+
+  char real[PATH_MAX];
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0 || !realpath(mountpoint.c_str(), real)) {
+    std::fprintf(stderr, "clio-fuse: mount point %s does not exist (create it with mkdir -p %s)\n",
+                 mountpoint.c_str(), mountpoint.c_str());
+    return 1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "clio-fuse: mount point %s is not a directory\n", mountpoint.c_str());
+    return 1;
+  }
+  if (IsMountPoint(real)) {
+    std::fprintf(stderr, "clio-fuse: %s is busy: something is already mounted there (unmount it with fusermount3 -u %s)\n",
+                 real, real);
+    return 1;
+  }
+  auto cfg = LoadRuntimeConfig();
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "clio-fuse: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  FuseState state;
+  RuntimeClient::Options co;
+  co.socket_path = cfg->socket_path;
+  auto client = RuntimeClient::Connect(co);
+  if (!client.ok()) {
+    std::fprintf(stderr, "clio-fuse: %s\n", client.status().message().c_str());
+    return 1;
+  }
+  state.client = std::move(client).value();
+  Encoder find;
+  find.PutBytes("clio_fs");
+  auto pool = state.client->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+  Decoder pd(pool.ok() ? *pool : std::string());
+  if (!pool.ok() || !pd.Get(&state.pool)) {
+    std::fprintf(stderr, "clio-fuse: the runtime serves no filesystem pool 'clio_fs': %s\n",
+                 pool.status().message().c_str());
+    return 1;
+  }
+  state.client.reset();
+  co.connect_wait_ms = 30000;  // from now on, ride out a runtime restart
+  state.client = std::move(RuntimeClient::Connect(co)).value();
+
+  std::vector<std::string> args = {"clio-fuse", "-o", opts};
+  if (debug) args.push_back("-d");
+  std::vector<char*> av;
+  for (auto& s : args) av.push_back(s.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(av.size()), av.data());
+  fuse_lowlevel_ops ops = MakeOps();
+  fuse_session* se = fuse_session_new(&fargs, &ops, sizeof ops, &state);
+  if (!se) {
+    std::fprintf(stderr, "clio-fuse: bad mount options '%s'\n", opts.c_str());
+    return 2;
+  }
+  int rc = 1;
+  if (fuse_set_signal_handlers(se) == 0) {
+    if (fuse_session_mount(se, real) != 0) {
+      std::fprintf(stderr, "clio-fuse: mounting %s failed (see the message above)\n", real);
+    } else {
+      if (foreground) std::fprintf(stderr, "clio-fuse: mounted on %s\n", real);
+      fuse_daemonize(foreground ? 1 : 0);
+      fuse_loop_config lc{};
+      lc.clone_fd = 0;
+      lc.max_idle_threads = 16;
+      rc = fuse_session_loop_mt(se, &lc) == 0 ? 0 : 1;
+      fuse_session_unmount(se);
+    }
+    fuse_remove_signal_handlers(se);
+  }
+  fuse_session_destroy(se);
+  fuse_opt_free_args(&fargs);
+  return rc;
+}
+
+}  // namespace
+}  // namespace clio
+
+int main(int argc, char** argv) { return clio::Main(argc, argv); }

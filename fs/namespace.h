@@ -1,0 +1,89 @@
+// The filesystem namespace: inodes with stable 64-bit ids, directory entries and attributes in
+// the metadata store, and file data as CTE blobs (tag = inode, blob = chunk index).
+//
+// Keys (docs/namespace.md): "i/"+be64(ino) inode, "d/"+be64(parent)+name entry,
+// "o/"+be64(ino) orphan (unlinked while open), "m/next_ino".
+// Every operation is one atomic metadata batch, durable at the next group commit or Fsync.
+//
+// Thread safety: all methods may be called concurrently. Metadata changes are serialized by
+// mu_; file data moves outside it (the CTE locks per blob).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "fs/fs_protocol.h"
+
+namespace clio {
+
+class Cte;
+class KvBatch;
+class KvStore;
+
+class Namespace {
+ public:
+  // Creates the root directory on first use and removes orphans left by an earlier run.
+  static Result<std::unique_ptr<Namespace>> Open(KvStore* kv, Cte* cte, uint64_t chunk_size);
+
+  Result<InodeAttr> Lookup(uint64_t parent, std::string_view name);
+  Result<InodeAttr> GetAttr(uint64_t ino);
+  Result<InodeAttr> SetAttr(uint64_t ino, const SetAttrRequest& req);
+  // Creates a regular file and opens it (Release() closes it).
+  Result<InodeAttr> Create(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid);
+  Result<InodeAttr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid);
+  Result<InodeAttr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                            uint32_t uid, uint32_t gid);
+  Result<std::string> Readlink(uint64_t ino);
+  Status Unlink(uint64_t parent, std::string_view name);
+  Status Rmdir(uint64_t parent, std::string_view name);
+  // flags: RENAME_NOREPLACE supported; RENAME_EXCHANGE is NotSupported.
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, uint32_t flags);
+  // Entries after `start_after` in name order, at most `limit` (0 = all).
+  Result<std::vector<DirEntry>> ReadDir(uint64_t ino, std::string_view start_after, uint32_t limit);
+
+  Status Open(uint64_t ino);
+  Status Release(uint64_t ino);
+  Result<std::string> Read(uint64_t ino, uint64_t offset, uint32_t len);
+  Status Write(uint64_t ino, uint64_t offset, std::string_view data);
+  // Data on a persistent tier and metadata durable.
+  Status Fsync(uint64_t ino);
+  // Reports a background flush failure of this file (close()).
+  Status Flush(uint64_t ino);
+  FsStatfs Statfs();
+
+  uint64_t chunk_size() const { return chunk_size_; }
+
+ private:
+  Namespace(KvStore* kv, Cte* cte, uint64_t chunk_size) : kv_(kv), cte_(cte), chunk_size_(chunk_size) {}
+  Status RemoveOrphans();
+  Result<InodeAttr> LoadInode(uint64_t ino);
+  Result<InodeAttr> LoadDir(uint64_t ino);
+  Result<std::pair<uint64_t, uint32_t>> LoadDentry(uint64_t parent, std::string_view name);
+  Result<InodeAttr> MakeNode(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                             uint32_t gid, std::string_view symlink_target) REQUIRES(mu_);
+  // Drops one link of `victim` (already loaded) inside `batch`; frees data when it was the last
+  // link and the file is not open.
+  Status DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) REQUIRES(mu_);
+  Status TruncateData(uint64_t ino, uint64_t old_size, uint64_t new_size);
+  Status IsEmptyDir(uint64_t ino);
+
+  KvStore* const kv_;
+  Cte* const cte_;
+  const uint64_t chunk_size_;
+
+  Mutex mu_;
+  uint64_t next_ino_ GUARDED_BY(mu_) = kRootIno + 1;
+  std::map<uint64_t, uint32_t> open_counts_ GUARDED_BY(mu_);
+};
+
+// Name checks shared by every operation that creates a name.
+Status ValidateName(std::string_view name);
+
+}  // namespace clio

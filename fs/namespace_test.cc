@@ -1,0 +1,269 @@
+#include <doctest/doctest.h>
+
+#include <linux/fs.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "fs/namespace.h"
+#include "placement/cte.h"
+#include "storage/kv.h"
+
+using namespace clio;
+
+namespace {
+
+struct NsFixture {
+  std::string dir;
+  std::unique_ptr<KvStore> kv;
+  std::unique_ptr<Cte> cte;
+  std::unique_ptr<Namespace> ns;
+  NsFixture() {
+    char tmpl[] = "/tmp/clio_ns_XXXXXX";
+    dir = mkdtemp(tmpl);
+    Open();
+  }
+  void Open() {
+    KvOptions ko;
+    ko.path = dir + "/md";
+    auto k = OpenRocksDbKv(ko);
+    REQUIRE(k.ok());
+    kv = std::move(k).value();
+    CteConfig c;
+    TierConfig ram;
+    ram.bdev.name = "ram::ns_test_" + std::to_string(getpid());
+    ram.bdev.type = BdevType::kRam;
+    ram.bdev.capacity = 16u << 20;
+    ram.score = 1;
+    TierConfig file;
+    file.bdev.name = dir + "/tier.dat";
+    file.bdev.type = BdevType::kFile;
+    file.bdev.capacity = 128u << 20;
+    file.bdev.growth_unit = 8u << 20;
+    file.score = 0.2;
+    c.tiers = {ram, file};
+    auto ct = Cte::Open(c, kv.get());
+    REQUIRE_MESSAGE(ct.ok(), ct.status().ToString());
+    cte = std::move(ct).value();
+    auto n = Namespace::Open(kv.get(), cte.get(), 1u << 20);
+    REQUIRE(n.ok());
+    ns = std::move(n).value();
+  }
+  void Restart() {
+    ns.reset();
+    REQUIRE(cte->Stop().ok());
+    cte.reset();
+    REQUIRE(kv->Close().ok());
+    kv.reset();
+    Open();
+  }
+  ~NsFixture() {
+    ns.reset();
+    cte.reset();
+    kv.reset();
+    std::filesystem::remove_all(dir);
+  }
+  uint64_t Create(uint64_t parent, const char* name) {
+    auto a = ns->Create(parent, name, 0644, 1000, 1000);
+    REQUIRE_MESSAGE(a.ok(), a.status().ToString());
+    REQUIRE(ns->Release(a->ino).ok());
+    return a->ino;
+  }
+  std::vector<std::string> List(uint64_t dir_ino) {
+    auto r = ns->ReadDir(dir_ino, "", 0);
+    REQUIRE(r.ok());
+    std::vector<std::string> names;
+    for (auto& e : *r) names.push_back(e.name);
+    return names;
+  }
+};
+
+std::string Random(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(g());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("root exists; create, lookup, getattr") {
+  NsFixture f;
+  auto root = f.ns->GetAttr(kRootIno);
+  REQUIRE(root.ok());
+  CHECK(S_ISDIR(root->mode));
+  uint64_t ino = f.Create(kRootIno, "a.txt");
+  CHECK(ino > kRootIno);
+  auto l = f.ns->Lookup(kRootIno, "a.txt");
+  REQUIRE(l.ok());
+  CHECK(l->ino == ino);
+  CHECK(S_ISREG(l->mode));
+  CHECK((l->mode & 0777) == 0644);
+  CHECK(l->uid == 1000);
+  CHECK(f.ns->Lookup(kRootIno, "nope").status().code() == Code::kNotFound);
+  CHECK(f.ns->Create(kRootIno, "a.txt", 0644, 0, 0).status().code() == Code::kAlreadyExists);
+  CHECK(f.ns->Create(kRootIno, "", 0644, 0, 0).status().code() == Code::kInvalidArgument);
+  CHECK(f.ns->Create(kRootIno, std::string(256, 'x'), 0644, 0, 0).status().code() == Code::kNameTooLong);
+  CHECK(f.ns->Create(ino, "child", 0644, 0, 0).status().code() == Code::kNotDirectory);
+}
+
+TEST_CASE("write and read across chunk boundaries; size follows the furthest write") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "data");
+  std::string d = Random((3u << 20) + 777, 1);
+  REQUIRE(f.ns->Write(ino, 0, d).ok());
+  CHECK(f.ns->GetAttr(ino)->size == d.size());
+  auto r = f.ns->Read(ino, 0, static_cast<uint32_t>(d.size()));
+  REQUIRE(r.ok());
+  CHECK(*r == d);
+  // Read past EOF is short; read at EOF is empty.
+  CHECK(f.ns->Read(ino, d.size() - 10, 100)->size() == 10);
+  CHECK(f.ns->Read(ino, d.size(), 100)->empty());
+  // A sparse write leaves a hole of zeros.
+  REQUIRE(f.ns->Write(ino, 10u << 20, "tail").ok());
+  CHECK(f.ns->GetAttr(ino)->size == (10u << 20) + 4);
+  CHECK(*f.ns->Read(ino, 5u << 20, 8) == std::string(8, '\0'));
+}
+
+TEST_CASE("truncate shrinks, and re-extension reads zeros") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "t");
+  REQUIRE(f.ns->Write(ino, 0, std::string(3u << 20, 'z')).ok());
+  SetAttrRequest req;
+  req.valid = kSetSize;
+  req.size = (1u << 20) + 5;
+  REQUIRE(f.ns->SetAttr(ino, req).ok());
+  CHECK(f.ns->GetAttr(ino)->size == (1u << 20) + 5);
+  req.size = 3u << 20;
+  REQUIRE(f.ns->SetAttr(ino, req).ok());
+  std::string r = *f.ns->Read(ino, 1u << 20, 100);
+  CHECK(r.substr(0, 5) == "zzzzz");
+  CHECK(r.substr(5) == std::string(95, '\0'));
+  CHECK(*f.ns->Read(ino, 2u << 20, 10) == std::string(10, '\0'));
+}
+
+TEST_CASE("mkdir, readdir, rmdir, nlink") {
+  NsFixture f;
+  auto d = f.ns->Mkdir(kRootIno, "dir", 0755, 0, 0);
+  REQUIRE(d.ok());
+  CHECK(f.ns->GetAttr(kRootIno)->nlink == 3);
+  f.Create(d->ino, "b");
+  f.Create(d->ino, "a");
+  CHECK(f.List(d->ino) == std::vector<std::string>{"a", "b"});
+  CHECK(f.ns->Rmdir(kRootIno, "dir").code() == Code::kNotEmpty);
+  CHECK(f.ns->Unlink(kRootIno, "dir").code() == Code::kIsDirectory);
+  REQUIRE(f.ns->Unlink(d->ino, "a").ok());
+  REQUIRE(f.ns->Unlink(d->ino, "b").ok());
+  CHECK(f.ns->Rmdir(d->ino, "x").code() == Code::kNotFound);
+  REQUIRE(f.ns->Rmdir(kRootIno, "dir").ok());
+  CHECK(f.ns->GetAttr(kRootIno)->nlink == 2);
+  CHECK(f.List(kRootIno).empty());
+  // Paging with start_after.
+  for (int i = 0; i < 10; ++i) f.Create(kRootIno, ("f" + std::to_string(i)).c_str());
+  auto page = f.ns->ReadDir(kRootIno, "f4", 3);
+  REQUIRE(page.ok());
+  REQUIRE(page->size() == 3);
+  CHECK((*page)[0].name == "f5");
+}
+
+TEST_CASE("rename: within and across directories, replace, noreplace, no cycles") {
+  NsFixture f;
+  auto a = f.ns->Mkdir(kRootIno, "a", 0755, 0, 0);
+  auto b = f.ns->Mkdir(kRootIno, "b", 0755, 0, 0);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  uint64_t x = f.Create(a->ino, "x");
+  REQUIRE(f.ns->Write(x, 0, "xdata").ok());
+  uint64_t y = f.Create(b->ino, "y");
+  REQUIRE(f.ns->Write(y, 0, "ydata").ok());
+  REQUIRE(f.ns->Rename(a->ino, "x", a->ino, "x2", 0).ok());
+  CHECK(f.List(a->ino) == std::vector<std::string>{"x2"});
+  CHECK(f.ns->Rename(a->ino, "x2", b->ino, "y", RENAME_NOREPLACE).code() == Code::kAlreadyExists);
+  REQUIRE(f.ns->Rename(a->ino, "x2", b->ino, "y", 0).ok());  // replaces y
+  CHECK(f.List(a->ino).empty());
+  CHECK(f.ns->Lookup(b->ino, "y")->ino == x);
+  CHECK(*f.ns->Read(x, 0, 5) == "xdata");
+  CHECK(f.ns->GetAttr(y).status().code() == Code::kNotFound);  // replaced file is gone
+  // Directory moves update nlink and refuse cycles.
+  auto sub = f.ns->Mkdir(a->ino, "sub", 0755, 0, 0);
+  REQUIRE(sub.ok());
+  CHECK(f.ns->Rename(kRootIno, "a", sub->ino, "loop", 0).code() == Code::kInvalidArgument);
+  REQUIRE(f.ns->Rename(a->ino, "sub", b->ino, "sub", 0).ok());
+  CHECK(f.ns->GetAttr(a->ino)->nlink == 2);
+  CHECK(f.ns->GetAttr(b->ino)->nlink == 3);
+  CHECK(f.ns->GetAttr(sub->ino)->parent == b->ino);
+  CHECK(f.ns->Rename(kRootIno, "a", kRootIno, "b", 0).code() == Code::kNotEmpty);
+}
+
+TEST_CASE("symlink and readlink") {
+  NsFixture f;
+  auto s = f.ns->Symlink(kRootIno, "link", "/some/target", 0, 0);
+  REQUIRE(s.ok());
+  CHECK(S_ISLNK(s->mode));
+  CHECK(s->size == 12);
+  CHECK(*f.ns->Readlink(s->ino) == "/some/target");
+  uint64_t file = f.Create(kRootIno, "f");
+  CHECK(f.ns->Readlink(file).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("setattr changes mode, owner and times") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "m");
+  SetAttrRequest r;
+  r.valid = kSetMode | kSetUid | kSetGid | kSetMtime;
+  r.mode = 0600;
+  r.uid = 42;
+  r.gid = 43;
+  r.mtime_ns = 1234567890123456789;
+  auto a = f.ns->SetAttr(ino, r);
+  REQUIRE(a.ok());
+  CHECK((a->mode & 07777) == 0600);
+  CHECK(S_ISREG(a->mode));
+  CHECK(a->uid == 42);
+  CHECK(a->gid == 43);
+  CHECK(a->mtime_ns == 1234567890123456789);
+}
+
+TEST_CASE("a file unlinked while open keeps its data until release") {
+  NsFixture f;
+  auto a = f.ns->Create(kRootIno, "open", 0644, 0, 0);
+  REQUIRE(a.ok());
+  REQUIRE(f.ns->Write(a->ino, 0, "still here").ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "open").ok());
+  CHECK(f.ns->Lookup(kRootIno, "open").status().code() == Code::kNotFound);
+  CHECK(*f.ns->Read(a->ino, 0, 10) == "still here");
+  REQUIRE(f.ns->Release(a->ino).ok());
+  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kNotFound);
+  CHECK(f.cte->ListBlobs(a->ino)->empty());
+}
+
+TEST_CASE("orphans left by a previous run are removed at start") {
+  NsFixture f;
+  auto a = f.ns->Create(kRootIno, "orphan", 0644, 0, 0);
+  REQUIRE(a.ok());
+  REQUIRE(f.ns->Write(a->ino, 0, "bytes").ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "orphan").ok());
+  f.Restart();  // never released
+  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kNotFound);
+  CHECK(f.cte->ListBlobs(a->ino)->empty());
+}
+
+TEST_CASE("everything survives a clean restart; inode numbers are stable and never reused") {
+  NsFixture f;
+  auto d = f.ns->Mkdir(kRootIno, "d", 0700, 0, 0);
+  REQUIRE(d.ok());
+  uint64_t ino = f.Create(d->ino, "file");
+  std::string data = Random(1500000, 9);
+  REQUIRE(f.ns->Write(ino, 0, data).ok());
+  REQUIRE(f.ns->Fsync(ino).ok());
+  f.Restart();
+  auto l = f.ns->Lookup(d->ino, "file");
+  REQUIRE(l.ok());
+  CHECK(l->ino == ino);
+  CHECK(l->size == data.size());
+  CHECK(*f.ns->Read(ino, 0, static_cast<uint32_t>(data.size())) == data);
+  uint64_t next = f.Create(kRootIno, "new");
+  CHECK(next > ino);
+}

@@ -1,0 +1,118 @@
+#include "placement/cte_pool.h"
+
+#include "common/codec.h"
+#include "storage/kv.h"
+
+namespace clio {
+
+Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file) {
+  ConfigReader r(entry.node, file);
+  (void)r.String("mod_name", "");
+  (void)r.String("pool_name", "");
+  (void)r.String("pool_id", "");
+  (void)r.String("pool_query", "local");
+  CteConfig cfg;
+  CLIO_ASSIGN_OR_RETURN(uint64_t interval, r.UInt("flush_interval_ms", 2000));
+  if (interval == 0 || interval > 3600000) return r.Error("flush_interval_ms", "must be between 1 and 3600000");
+  cfg.flush_interval_ms = static_cast<uint32_t>(interval);
+  const ConfigValue* storage = r.Child("storage");
+  CLIO_RETURN_IF_ERROR(r.Finish());
+  if (!storage || storage->kind != ConfigValue::Kind::kList || storage->list.empty())
+    return r.Error("storage", "the CTE needs a non-empty list of storage tiers");
+  for (const ConfigValue& item : storage->list) {
+    ConfigReader t(&item, file);
+    if (item.kind != ConfigValue::Kind::kMap) return t.Error("", "expected a map describing one tier");
+    TierConfig tc;
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.name, t.String("path", ""));
+    if (tc.bdev.name.empty()) return t.Error("", "missing path");
+    CLIO_ASSIGN_OR_RETURN(std::string type, t.String("bdev_type", "file"));
+    auto bt = ParseBdevType(type);
+    if (!bt.ok()) return t.Error("bdev_type", bt.status().message());
+    tc.bdev.type = *bt;
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.capacity, t.Size("capacity_limit", 0));
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.growth_unit, t.Size("growth_unit", tc.bdev.growth_unit));
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.populate_unit, t.Size("populate_unit", tc.bdev.populate_unit));
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.alignment, t.Size("alignment", tc.bdev.alignment));
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.alloc_log, t.String("alloc_log", ""));
+    CLIO_ASSIGN_OR_RETURN(tc.score, t.Double("score", 0.5));
+    if (tc.score < 0 || tc.score > 1) return t.Error("score", "must be between 0 and 1");
+    if (tc.bdev.alignment != 0 && (tc.bdev.alignment & (tc.bdev.alignment - 1)))
+      return t.Error("alignment", "must be a power of two");
+    if (tc.bdev.type == BdevType::kFile && tc.bdev.growth_unit == 0)
+      return t.Error("growth_unit", "must be greater than 0");
+    if (t.Has("persistence_level")) {
+      CLIO_ASSIGN_OR_RETURN(std::string p, t.String("persistence_level", ""));
+      auto pl = ParsePersistence(p);
+      if (!pl.ok()) return t.Error("persistence_level", pl.status().message());
+      tc.bdev.persistence = *pl;
+    } else {
+      (void)t.String("persistence_level", "");
+    }
+    CLIO_RETURN_IF_ERROR(t.Finish());
+    cfg.tiers.push_back(std::move(tc));
+  }
+  return cfg;
+}
+
+ModuleFactory MakeCteModuleFactory(KvStore* kv) {
+  return [kv](const ComposeEntry& entry, const std::string& file,
+              PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
+    CLIO_ASSIGN_OR_RETURN(CteConfig cfg, ParseCteConfig(entry, file));
+    CLIO_ASSIGN_OR_RETURN(auto cte, Cte::Open(cfg, kv));
+    return std::unique_ptr<Pool>(new CtePool(std::move(cte)));
+  };
+}
+
+std::string CtePool::Describe() const {
+  return std::to_string(cte_->ListTiers().size()) + " tiers";
+}
+
+Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
+  switch (static_cast<CteMethod>(method)) {
+    case CteMethod::kListTiers:
+      return EncodeTierList(cte_->ListTiers());
+  }
+  return Status(Code::kNotSupported, "clio_cte_core: unknown method " + std::to_string(method));
+}
+
+std::string EncodeTierList(const std::vector<TierInfo>& tiers) {
+  Encoder e;
+  e.Put<uint32_t>(static_cast<uint32_t>(tiers.size()));
+  for (const TierInfo& t : tiers) {
+    e.PutBytes(t.name).Put<uint64_t>(t.tier_id).Put<double>(t.score);
+    e.Put<uint8_t>(static_cast<uint8_t>(t.stats.type)).Put<uint8_t>(static_cast<uint8_t>(t.stats.persistence));
+    e.Put<uint64_t>(t.stats.capacity).Put<uint64_t>(t.stats.remaining).Put<uint64_t>(t.stats.used);
+    e.Put<double>(t.stats.lifetime_days).PutBytes(t.stats.backend);
+  }
+  return e.Take();
+}
+
+Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {
+  Decoder d(bytes);
+  uint32_t n = 0;
+  d.Get(&n);
+  if (n > bytes.size()) return Corruption("tier list: impossible count");
+  std::vector<TierInfo> out;
+  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+    TierInfo t;
+    uint8_t type = 0, pers = 0;
+    d.GetString(&t.name);
+    d.Get(&t.tier_id);
+    d.Get(&t.score);
+    d.Get(&type);
+    d.Get(&pers);
+    d.Get(&t.stats.capacity);
+    d.Get(&t.stats.remaining);
+    d.Get(&t.stats.used);
+    d.Get(&t.stats.lifetime_days);
+    d.GetString(&t.stats.backend);
+    if (type > static_cast<uint8_t>(BdevType::kNoop) || pers > 2) return Corruption("tier list: bad enum");
+    t.stats.type = static_cast<BdevType>(type);
+    t.stats.persistence = static_cast<Persistence>(pers);
+    out.push_back(std::move(t));
+  }
+  CLIO_RETURN_IF_ERROR(d.Finish("tier list"));
+  return out;
+}
+
+}  // namespace clio

@@ -1,0 +1,42 @@
+// Runtime glue of the CTE core: module "clio_cte_core" as a pool, and its client messages.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/pool.h"
+#include "placement/cte.h"
+
+namespace clio {
+
+class KvStore;
+
+enum class CteMethod : uint32_t {
+  kListTiers = 10,  // -> EncodeTierList
+};
+
+class CtePool : public Pool {
+ public:
+  explicit CtePool(std::unique_ptr<Cte> cte) : cte_(std::move(cte)) {}
+  Result<std::string> Handle(uint32_t method, std::string_view payload) override;
+  Status Stop() override { return cte_->Stop(); }
+  std::string Describe() const override;
+  Cte* cte() { return cte_.get(); }
+
+ private:
+  std::unique_ptr<Cte> cte_;
+};
+
+// Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms, storage
+// (list of tiers: path, bdev_type, capacity_limit, score, growth_unit, populate_unit,
+// alignment, alloc_log, persistence_level).
+ModuleFactory MakeCteModuleFactory(KvStore* kv);
+
+// Parses a CTE compose entry into its typed config (exposed for tests).
+Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file);
+
+std::string EncodeTierList(const std::vector<TierInfo>& tiers);
+Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes);
+
+}  // namespace clio

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Configures and builds CLIO with Ninja (ccache when present).
+#   scripts/build.sh release   -> build-release/  (optimized, for running)
+#   scripts/build.sh test      -> build-test/     (clang 14, ASan+UBSan, -Wthread-safety, -Werror)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:-release}
+case "$kind" in
+  release)
+    dir=build-release
+    flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLIO_BUILD_TESTS=OFF -DCLIO_BUILD_BENCH=ON) ;;
+  test)
+    dir=build-test
+    flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
+           -DCLIO_SANITIZE=ON -DCLIO_WERROR=ON -DCLIO_BUILD_TESTS=ON -DCLIO_BUILD_BENCH=ON) ;;
+  *) echo "usage: scripts/build.sh release|test" >&2; exit 2 ;;
+esac
+cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
+ninja -C "$dir" -j"$(nproc)"
+echo "build: $dir ready"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's second command (and what CI runs): install dependencies, build the test
+# configuration, and run every test. End-to-end tests mount FUSE filesystems: run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh test
+cd build-test
+ctest --output-on-failure -j2 --timeout 900
