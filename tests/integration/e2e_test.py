@@ -1,0 +1,1058 @@
+#!/usr/bin/env python3
+"""End-to-end tests of CLIO: runtime + FUSE mount + restart / crash recovery.
+
+Usage:
+    python3 tests/integration/e2e_test.py --build-dir build [--only SCENARIO] [--keep]
+
+Scenarios: clean_restart, kill9_restart, power_cut, bad_input (see README.md).
+Python 3 standard library only. Needs /dev/fuse and fusermount3. The last line printed is
+"N passed, M failed"; the exit status is non-zero when anything failed.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+KiB = 1024
+MiB = 1024 * 1024
+CMD_TIMEOUT = 120          # seconds, every external command
+READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
+SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input")
+
+CONFIG_TEMPLATE = """\
+runtime:
+  state_dir: "{T}/state"
+  socket_path: "{T}/clio.sock"
+  num_threads: 4
+metadata:
+  path: "${{CLIO_STATE_DIR}}/metadata"
+  commit_interval_ms: 500
+compose:
+  - mod_name: clio_cte_core
+    pool_name: clio_cte_core
+    pool_id: "512.0"
+    flush_interval_ms: 500
+    storage:
+      - path: "ram::{ram_name}"
+        bdev_type: ram
+        capacity_limit: "{ram_capacity}"
+        score: 1.0
+      - path: "${{CLIO_STATE_DIR}}/tiers/disk.dat"
+        bdev_type: file
+        capacity_limit: "2GB"
+        growth_unit: "64MB"
+        score: 0.2
+        persistence_level: temporary
+  - mod_name: clio_fs
+    pool_name: clio_fs
+    pool_id: "600.0"
+    cte_pool: clio_cte_core
+    chunk_size: "1MiB"
+"""
+
+
+class TestFailure(AssertionError):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Process and mount helpers
+# ----------------------------------------------------------------------------------------------
+
+def run_cmd(argv, env=None, timeout=CMD_TIMEOUT, keep_as=None):
+    """Runs a command and returns a CompletedProcess with text stdout/stderr; never raises
+    on a non-zero exit.
+
+    Output goes to temporary files, not pipes: a program that daemonizes may keep its
+    stdout/stderr open (logging), and a pipe would then never reach EOF. With keep_as (a path
+    prefix) they are appended to keep_as.stdout/.stderr, which then also collect what a daemon
+    logs later.
+    """
+    if keep_as:
+        out_f, err_f = open(keep_as + ".stdout", "a+b"), open(keep_as + ".stderr", "a+b")
+    else:
+        out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    with out_f as out, err_f as err:
+        o0, e0 = out.seek(0, os.SEEK_END), err.seek(0, os.SEEK_END)
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        try:
+            rc = p.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+            timed_out = True
+        out.seek(o0)
+        err.seek(e0)
+        o, e = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+    if timed_out:
+        raise TestFailure(f"command timed out after {timeout}s: {' '.join(argv)}\n"
+                          f"stdout: {o}\nstderr: {e}")
+    return subprocess.CompletedProcess(argv, rc, o, e)
+
+
+def _text(b):
+    if b is None:
+        return ""
+    if isinstance(b, bytes):
+        return b.decode("utf-8", "replace")
+    return b
+
+
+def describe(cp):
+    return (f"command: {' '.join(cp.args)}\nexit status: {cp.returncode}\n"
+            f"stdout:\n{_text(cp.stdout).rstrip()}\nstderr:\n{_text(cp.stderr).rstrip()}")
+
+
+def wait_until(cond, what, timeout=READY_TIMEOUT, interval=0.05):
+    """Polls cond() until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise TestFailure(f"timed out after {timeout}s waiting for: {what}")
+        time.sleep(interval)
+        interval = min(interval * 1.5, 0.5)
+
+
+def _unescape_mount_field(s):
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
+
+
+def mount_entries(path):
+    """The /proc/self/mounts entries (fstype, source) whose mount point is path."""
+    path = os.path.realpath(path) if os.path.exists(path) else os.path.abspath(path)
+    out = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and _unescape_mount_field(parts[1]) == path:
+                out.append((parts[2], _unescape_mount_field(parts[0])))
+    return out
+
+
+def is_mounted(path):
+    return bool(mount_entries(path))
+
+
+def pid_alive(pid):
+    """True if pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # state is the field after the ")" that closes comm
+    state = data[data.rfind(")") + 2:].split()[0]
+    return state not in ("Z", "X")
+
+
+def proc_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+
+
+def is_clio_run(pid):
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        exe = ""
+    return "clio_run" in exe or any("clio_run" in a for a in proc_cmdline(pid))
+
+
+def find_fuse_pids(fuse_bin, mountpoint):
+    """Pids of clio-fuse processes serving exactly this mount point (our own temp dir)."""
+    name = os.path.basename(fuse_bin)
+    mp = os.path.abspath(mountpoint)
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        argv = proc_cmdline(d)
+        if argv and os.path.basename(argv[0]) == name and \
+                any(os.path.abspath(a) == mp for a in argv[1:] if not a.startswith("-")):
+            if pid_alive(int(d)):
+                pids.append(int(d))
+    return pids
+
+
+# ----------------------------------------------------------------------------------------------
+# One test environment: temp dir, config, runtime, mount
+# ----------------------------------------------------------------------------------------------
+
+class Env:
+    def __init__(self, build_dir, scenario, keep=False):
+        self.build_dir = os.path.abspath(build_dir)
+        self.clio_run = os.path.join(self.build_dir, "cli", "clio_run")
+        self.clioctl = os.path.join(self.build_dir, "cli", "clioctl")
+        self.clio_fuse = os.path.join(self.build_dir, "fs", "clio-fuse")
+        self.scenario = scenario
+        self.keep = keep
+        self.T = os.path.realpath(tempfile.mkdtemp(prefix=f"clio-e2e-{scenario}-"))
+        self.state = os.path.join(self.T, "state")
+        self.mnt = os.path.join(self.T, "mnt")
+        self.conf = os.path.join(self.T, "clio.yaml")
+        # Unique RAM segment name, so that parallel ctest runs never share a segment.
+        self.ram_name = f"e2e_{scenario}_{os.getpid()}_{os.path.basename(self.T)[-8:]}"
+        self.ram_name = re.sub(r"[^A-Za-z0-9_]", "_", self.ram_name)
+        self.mountpoints = set()      # every mount point we tried to mount, for cleanup
+        self.confs = [self.conf]      # configs whose runtime we may have started
+        self.fault_injection = False
+        self.aborted = False
+        os.makedirs(self.mnt)
+
+    # -- config --------------------------------------------------------------------------
+    def config_text(self, ram_capacity="32MB"):
+        return CONFIG_TEMPLATE.format(T=self.T, ram_name=self.ram_name, ram_capacity=ram_capacity)
+
+    def write_config(self, text=None, path=None):
+        path = path or self.conf
+        with open(path, "w") as f:
+            f.write(text if text is not None else self.config_text())
+        return path
+
+    def env(self, conf=None, fault=None):
+        e = dict(os.environ)
+        e["CLIO_CONF"] = conf or self.conf
+        e.pop("CLIO_IO_FAULT_INJECTION", None)
+        if fault if fault is not None else self.fault_injection:
+            e["CLIO_IO_FAULT_INJECTION"] = "1"
+        return e
+
+    def check_binaries(self, *names):
+        for b in names:
+            check(os.path.isfile(b) and os.access(b, os.X_OK),
+                  f"binary not found or not executable: {b} (built? --build-dir={self.build_dir})")
+
+    def logs(self, name):
+        d = os.path.join(self.T, "logs")
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, name)
+
+    # -- runtime -------------------------------------------------------------------------
+    def pid_file(self):
+        return os.path.join(self.state, "clio_run.pid")
+
+    def runtime_pid(self):
+        try:
+            with open(self.pid_file()) as f:
+                return int(f.read().strip().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+
+    def runtime_status(self):
+        return run_cmd([self.clio_run, "status"], env=self.env()).returncode
+
+    def start_runtime(self):
+        cp = run_cmd([self.clio_run, "start"], env=self.env(), keep_as=self.logs("clio_run"))
+        check(cp.returncode == 0, "clio_run start failed\n" + describe(cp))
+        wait_until(lambda: self.runtime_status() == 0, "`clio_run status` to report running")
+        pid = wait_until(lambda: self.runtime_pid(), f"pid file {self.pid_file()}")
+        check(pid_alive(pid), f"pid {pid} in {self.pid_file()} is not a live process")
+        log(f"runtime started (pid {pid}{', fault injection' if self.fault_injection else ''})")
+        return pid
+
+    def stop_runtime(self):
+        pid = self.runtime_pid()
+        cp = run_cmd([self.clio_run, "stop"], env=self.env())
+        check(cp.returncode == 0, "clio_run stop failed\n" + describe(cp))
+        if pid:
+            wait_until(lambda: not pid_alive(pid), f"runtime pid {pid} to exit after stop")
+        check(self.runtime_status() != 0, "`clio_run status` still reports running after stop")
+        log("runtime stopped")
+
+    def kill9_runtime(self):
+        pid = self.runtime_pid()
+        check(pid is not None, f"no pid in {self.pid_file()}")
+        check(pid_alive(pid), f"runtime pid {pid} is not alive before kill -9")
+        check(is_clio_run(pid), f"pid {pid} from the pid file is not clio_run: "
+                                f"{proc_cmdline(pid)}")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), f"runtime pid {pid} to die after SIGKILL")
+        log(f"runtime pid {pid} killed with SIGKILL")
+
+    # -- mount ---------------------------------------------------------------------------
+    def mount(self, mnt=None):
+        mnt = mnt or self.mnt
+        self.mountpoints.add(mnt)
+        cp = run_cmd([self.clio_fuse, mnt], env=self.env(),
+                     keep_as=self.logs("clio-fuse-" + os.path.basename(mnt)))
+        check(cp.returncode == 0, f"clio-fuse {mnt} failed\n" + describe(cp))
+        wait_until(lambda: is_mounted(mnt), f"{mnt} to appear in /proc/self/mounts")
+        fstype = mount_entries(mnt)[-1][0]
+        check(fstype.startswith("fuse"), f"{mnt} is mounted but with type {fstype!r}, not fuse")
+        log(f"mounted {mnt} ({fstype})")
+
+    def unmount(self, mnt=None):
+        mnt = mnt or self.mnt
+        cp = run_cmd(["fusermount3", "-u", mnt])
+        check(cp.returncode == 0, "fusermount3 -u failed\n" + describe(cp))
+        wait_until(lambda: not is_mounted(mnt), f"{mnt} to leave /proc/self/mounts")
+        # The FUSE daemon must have finished (flushed) before the runtime is stopped.
+        wait_until(lambda: not find_fuse_pids(self.clio_fuse, mnt),
+                   f"clio-fuse for {mnt} to exit after unmount")
+        log(f"unmounted {mnt}")
+
+    def kill_fuse(self, mnt=None, sig=signal.SIGKILL):
+        mnt = mnt or self.mnt
+        for pid in find_fuse_pids(self.clio_fuse, mnt):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        wait_until(lambda: not find_fuse_pids(self.clio_fuse, mnt),
+                   f"clio-fuse for {mnt} to die after signal {sig}", timeout=30)
+
+    def crash(self):
+        """kill -9 of the runtime, then of the FUSE daemon, then a lazy unmount.
+
+        The FUSE daemon is killed too (before the runtime restarts) so that no dirty kernel
+        page cache of the old mount can reach the new runtime: the node 'crashed' as a whole.
+        """
+        self.kill9_runtime()
+        self.kill_fuse()
+        run_cmd(["fusermount3", "-uz", self.mnt])
+        wait_until(lambda: not is_mounted(self.mnt), f"{self.mnt} to leave /proc/self/mounts")
+        log("crash done: runtime and clio-fuse killed, mount detached")
+
+    # -- clioctl -------------------------------------------------------------------------
+    def tier_stat(self):
+        cp = run_cmd([self.clioctl, "tier", "stat", "--json"], env=self.env())
+        check(cp.returncode == 0, "clioctl tier stat --json failed\n" + describe(cp))
+        try:
+            tiers = json.loads(_text(cp.stdout))
+        except json.JSONDecodeError as e:
+            raise TestFailure(f"clioctl tier stat --json printed invalid JSON ({e}):\n"
+                              f"{_text(cp.stdout)}")
+        check(isinstance(tiers, list) and tiers, f"tier stat: expected a non-empty JSON array, got {tiers!r}")
+        for t in tiers:
+            check(isinstance(t, dict), f"tier stat: entry is not an object: {t!r}")
+            missing = [k for k in ("name", "type", "capacity", "used", "remaining", "score",
+                                   "persistence") if k not in t]
+            check(not missing, f"tier stat: entry lacks {missing}: {t!r}")
+            check(isinstance(t["used"], (int, float)) and not isinstance(t["used"], bool),
+                  f"tier stat: 'used' is not a number: {t!r}")
+        check(len(tiers) >= 2, f"tier stat: expected both configured tiers, got {tiers!r}")
+        return tiers
+
+    # -- diagnostics and cleanup ---------------------------------------------------------
+    def log_tail(self, limit=4000):
+        """Tails of any log files the runtime left in its state dir."""
+        out = []
+        logs = os.path.join(self.T, "logs")
+        for fn in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+            p = os.path.join(logs, fn)
+            if os.path.getsize(p):
+                with open(p, "rb") as f:
+                    f.seek(max(0, os.path.getsize(p) - limit))
+                    out.append(f"\n--- tail of {p} (daemon output) ---\n" + _text(f.read()))
+        for root, dirs, files in os.walk(self.state):
+            dirs[:] = [d for d in dirs if d not in ("metadata", "tiers")]  # RocksDB WALs, data
+            for fn in files:
+                if fn.endswith(".log"):
+                    p = os.path.join(root, fn)
+                    try:
+                        with open(p, "rb") as f:
+                            f.seek(max(0, os.path.getsize(p) - limit))
+                            out.append(f"\n--- tail of {p} ---\n" + _text(f.read()))
+                    except OSError:
+                        pass
+        return "".join(out)
+
+    def abort(self):
+        """Watchdog: a hung scenario is turned into I/O errors by killing its daemons."""
+        self.aborted = True
+        log(f"WATCHDOG: scenario {self.scenario} ran too long, killing its daemons")
+        for mnt in list(self.mountpoints):
+            for pid in find_fuse_pids(self.clio_fuse, mnt):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        pid = self.runtime_pid()
+        if pid and pid_alive(pid) and is_clio_run(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    def cleanup(self):
+        errors = []
+        for mnt in sorted(self.mountpoints, key=len, reverse=True):
+            for _ in range(4):  # a buggy daemon may have stacked mounts
+                if not is_mounted(mnt):
+                    break
+                cp = run_cmd(["fusermount3", "-u", mnt])
+                if cp.returncode != 0:
+                    run_cmd(["fusermount3", "-uz", mnt])
+            try:
+                pids = find_fuse_pids(self.clio_fuse, mnt)
+                for pid in pids:
+                    os.kill(pid, signal.SIGTERM)
+                if pids:
+                    try:
+                        wait_until(lambda: not find_fuse_pids(self.clio_fuse, mnt), "fuse exit", 10)
+                    except TestFailure:
+                        for pid in find_fuse_pids(self.clio_fuse, mnt):
+                            os.kill(pid, signal.SIGKILL)
+            except Exception as e:  # noqa: BLE001 - cleanup must go on
+                errors.append(f"killing clio-fuse for {mnt}: {e}")
+            if is_mounted(mnt):
+                errors.append(f"{mnt} is still mounted after cleanup")
+        for conf in self.confs:
+            try:
+                pid = self.runtime_pid()
+                if pid and pid_alive(pid) and os.path.exists(conf):
+                    run_cmd([self.clio_run, "stop"], env=self.env(conf=conf), timeout=60)
+                    try:
+                        wait_until(lambda: not pid_alive(pid), "runtime exit", 20)
+                    except TestFailure:
+                        pass
+                if pid and pid_alive(pid) and is_clio_run(pid):
+                    os.kill(pid, signal.SIGKILL)
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"stopping the runtime: {e}")
+        for p in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+            if self.ram_name in p:
+                try:
+                    os.unlink(os.path.join("/dev/shm", p))
+                except OSError:
+                    pass
+        still = [m for m in self.mountpoints if is_mounted(m)]
+        if self.keep:
+            log(f"kept {self.T}")
+        elif still:
+            errors.append(f"not removing {self.T}: still mounted: {still}")
+        else:
+            shutil.rmtree(self.T, ignore_errors=True)
+        return errors
+
+
+# ----------------------------------------------------------------------------------------------
+# Content checks
+# ----------------------------------------------------------------------------------------------
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def first_diff(a, b):
+    n = min(len(a), len(b))
+    step = 64 * KiB
+    for off in range(0, n, step):
+        if a[off:off + step] != b[off:off + step]:
+            for i in range(off, min(off + step, n)):
+                if a[i] != b[i]:
+                    return i
+    return n if len(a) != len(b) else None
+
+
+def check_exact(path, expected, label):
+    st = os.stat(path)
+    check(stat.S_ISREG(st.st_mode), f"{label}: {path} is not a regular file (mode {oct(st.st_mode)})")
+    data = read_file(path)
+    check(st.st_size == len(expected),
+          f"{label}: {path}: stat size {st.st_size}, expected {len(expected)}")
+    if len(data) != len(expected) or sha(data) != sha(expected):
+        off = first_diff(data, expected)
+        got = data[off:off + 16].hex() if off is not None else ""
+        exp = expected[off:off + 16].hex() if off is not None else ""
+        raise TestFailure(
+            f"{label}: {path}: content mismatch: read {len(data)} bytes (sha256 {sha(data)[:16]}), "
+            f"expected {len(expected)} bytes (sha256 {sha(expected)[:16]}); first difference at "
+            f"offset {off} (chunk {off // MiB if off is not None else '?'}): got {got} expected {exp}")
+
+
+def check_bytes_each(path, data, allowed, label, what):
+    """Every byte of data must equal one of the candidate byte strings at that offset."""
+    step = 64 * KiB
+    for off in range(0, len(data), step):
+        got = data[off:off + step]
+        if any(c[off:off + len(got)] == got for c in allowed):
+            continue
+        for i in range(off, off + len(got)):
+            if not any(data[i] == c[i] for c in allowed):
+                raise TestFailure(
+                    f"{label}: {path}: byte at offset {i} is {data[i]:#04x}, which is {what} "
+                    f"(candidates there: {[hex(c[i]) for c in allowed]}); bytes of another file "
+                    f"or of a freed block?")
+
+
+def check_prefix_or_zero(path, expected, label):
+    """An unsynced file after a crash: size <= written size; each byte expected or zero."""
+    data = read_file(path)
+    check(len(data) <= len(expected),
+          f"{label}: {path}: unsynced file has {len(data)} bytes, more than the {len(expected)} "
+          f"ever written")
+    check_bytes_each(path, data, [expected[:len(data)], bytes(len(data))], label,
+                     "neither the written byte nor zero")
+
+
+def check_old_or_new(path, old, new, label):
+    """A file fsynced at 'old', then overwritten in place (same size) without fsync."""
+    data = read_file(path)
+    check(len(data) == len(old),
+          f"{label}: {path}: size {len(data)}, expected {len(old)} (an in-place overwrite "
+          f"never changed the size)")
+    check_bytes_each(path, data, [old, new], label, "neither the fsynced nor the newer byte")
+
+
+# ----------------------------------------------------------------------------------------------
+# The shared workload and its model
+# ----------------------------------------------------------------------------------------------
+
+class Model:
+    def __init__(self):
+        self.files = {}        # rel -> expected final bytes (every file that should exist)
+        self.dirs = {""}       # rel dirs that should exist ("" = the mount root)
+        self.durable = set()   # files whose content and name were fsynced
+        self.loose = set()     # files written after the last fsync (crash: may be short/zero/missing)
+        self.old_or_new = {}   # rel -> (fsynced bytes, newer unsynced bytes of the same size)
+        self.gone = set()      # names that must not exist (deleted, renamed away)
+        self.modes = {}        # rel -> expected S_IMODE (explicit chmods), files and dirs
+        self.recorded = {}     # rel -> S_IMODE seen through the mount before the restart
+
+    def children(self, d):
+        names = set()
+        for p in list(self.files) + [x for x in self.dirs if x]:
+            parent, base = os.path.split(p)
+            if parent == d:
+                names.add(base)
+        return names
+
+
+def _write_all(fd, data, offset=None):
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        piece = view[pos:pos + MiB]
+        n = os.pwrite(fd, piece, offset + pos) if offset is not None else os.write(fd, piece)
+        check(n > 0, f"write returned {n}")
+        pos += n
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_workload(env, model, tier_check=False):
+    """Builds the file tree through the mount, fsyncing what the crash checks assert on."""
+    root = env.mnt
+    P = lambda rel: os.path.join(root, rel)  # noqa: E731
+
+    def create(rel, data, fsync=True, mode=None):
+        fd = os.open(P(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, data)
+            if mode is not None:
+                os.fchmod(fd, mode)
+                model.modes[rel] = mode
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        model.files[rel] = bytes(data)
+        (model.durable if fsync else model.loose).add(rel)
+
+    def mkdir(rel, mode=None):
+        os.mkdir(P(rel))
+        if mode is not None:
+            os.chmod(P(rel), mode)
+            model.modes[rel] = mode
+        model.dirs.add(rel)
+
+    def rename(src, dst):
+        os.rename(P(src), P(dst))
+        if src in model.dirs:
+            moved = {}
+            for f in list(model.files):
+                if f == src or f.startswith(src + "/"):
+                    moved[f] = dst + f[len(src):]
+            for d in list(model.dirs):
+                if d == src or d.startswith(src + "/"):
+                    model.dirs.discard(d)
+                    model.dirs.add(dst + d[len(src):])
+                    model.gone.add(d)
+                    if d in model.modes:
+                        model.modes[dst + d[len(src):]] = model.modes.pop(d)
+        else:
+            moved = {src: dst}
+        for old, new in moved.items():
+            model.files[new] = model.files.pop(old)
+            for s in (model.durable, model.loose):
+                if old in s:
+                    s.discard(old)
+                    s.add(new)
+            if old in model.modes:
+                model.modes[new] = model.modes.pop(old)
+            model.gone.add(old)
+        model.gone.discard(dst)
+        for d in model.dirs:
+            model.gone.discard(d)
+
+    def unlink(rel):
+        os.unlink(P(rel))
+        del model.files[rel]
+        model.durable.discard(rel)
+        model.loose.discard(rel)
+        model.modes.pop(rel, None)
+        model.gone.add(rel)
+
+    # Directories, nested, one with an explicit mode.
+    os.makedirs(P("a/b/c/d"))
+    model.dirs |= {"a", "a/b", "a/b/c", "a/b/c/d"}
+    mkdir("x", 0o750)
+    mkdir("empty_dir")
+    mkdir("rmdir_me")
+
+    if tier_check:
+        env.used_at_start = sum(t["used"] for t in env.tier_stat())
+
+    # Edge sizes around the 1 MiB chunk.
+    create("f_0", b"")
+    create("f_1", os.urandom(1), mode=0o600)
+    create("f_4k", os.urandom(4 * KiB), mode=0o755)
+    create("f_1m_minus", os.urandom(MiB - 1))
+    create("f_1m_plus", os.urandom(MiB + 1))
+    create("f_1m", os.urandom(MiB), fsync=False)    # fsynced below, after a reopen
+    fd = os.open(P("f_1m"), os.O_RDWR)
+    os.fsync(fd)
+    os.close(fd)
+    model.loose.discard("f_1m")
+    model.durable.add("f_1m")
+
+    # 64 MiB: more than the 32 MB RAM tier, so it spills onto the file tier.
+    create("big_64m", os.urandom(64 * MiB))
+    if tier_check:
+        tiers = env.tier_stat()
+        used = sum(t["used"] for t in tiers)
+        check(used > env.used_at_start,
+              f"tier stat: sum of used did not grow after writing 64 MiB: {env.used_at_start} "
+              f"at start, {used} now; tiers: {tiers}")
+        persistent = sum(t["used"] for t in tiers if str(t["persistence"]).lower() != "volatile")
+        check(persistent >= 64 * MiB,
+              f"tier stat: after fsync of a 64 MiB file the persistent tiers hold only "
+              f"{persistent} bytes; tiers: {tiers}")
+        log(f"tier stat: used {env.used_at_start} -> {used} (persistent {persistent})")
+
+    # Files in nested directories.
+    create("a/top.txt", b"top level of a\n")
+    create("a/b/mid.bin", os.urandom(3000))
+    create("a/b/c/d/deep.bin", os.urandom(100 * KiB + 3), mode=0o640)
+    create("a/b/c/d/deep2.bin", os.urandom(2 * MiB))
+    create("olddir_inner_tmp", os.urandom(7777))
+
+    # Renames: same directory, across directories, onto an existing file, a whole directory.
+    create("rename_src.bin", os.urandom(MiB + 17))
+    rename("rename_src.bin", "renamed.bin")
+    create("a/b/move_me.bin", os.urandom(5000), mode=0o600)
+    rename("a/b/move_me.bin", "x/moved.bin")
+    create("replace_src.bin", os.urandom(4000))
+    create("replace_dst.bin", os.urandom(9000))
+    rename("replace_src.bin", "replace_dst.bin")
+    mkdir("olddir")
+    rename("olddir_inner_tmp", "olddir/inner.bin")
+    mkdir("olddir/sub")
+    create("olddir/sub/leaf.bin", os.urandom(MiB + 5))
+    rename("olddir", "a/newdir")
+
+    # Deletes: a multi-chunk file, a nested file, an empty directory.
+    create("delete_me.bin", os.urandom(2 * MiB + 1))
+    unlink("delete_me.bin")
+    create("a/b/c/delete_me_too.bin", os.urandom(300), fsync=False)
+    unlink("a/b/c/delete_me_too.bin")
+    os.rmdir(P("rmdir_me"))
+    model.dirs.discard("rmdir_me")
+    model.gone.add("rmdir_me")
+
+    # Overwrite in the middle, across the chunk boundary at 1 MiB, and inside chunk 2.
+    data = bytearray(os.urandom(3 * MiB))
+    create("overwrite.bin", bytes(data))
+    patch1, patch2 = os.urandom(300), os.urandom(10)
+    fd = os.open(P("overwrite.bin"), os.O_RDWR)
+    try:
+        _write_all(fd, patch1, offset=MiB - 100)
+        _write_all(fd, patch2, offset=2 * MiB + 5)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    data[MiB - 100:MiB + 200] = patch1
+    data[2 * MiB + 5:2 * MiB + 15] = patch2
+    model.files["overwrite.bin"] = bytes(data)
+
+    # Truncate shorter, to the middle of chunk 1.
+    data = os.urandom(2 * MiB + MiB // 2)
+    create("truncate.bin", data)
+    new_len = MiB + MiB // 2 - 7
+    os.truncate(P("truncate.bin"), new_len)
+    fd = os.open(P("truncate.bin"), os.O_RDWR)
+    os.fsync(fd)
+    os.close(fd)
+    model.files["truncate.bin"] = data[:new_len]
+
+    # A sparse file: the hole reads as zeros.
+    tail = os.urandom(4 * KiB)
+    fd = os.open(P("sparse.bin"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, tail, offset=5 * MiB + 123)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    model.files["sparse.bin"] = bytes(5 * MiB + 123) + tail
+    model.durable.add("sparse.bin")
+
+    # A file fsynced at v1, later overwritten in place without fsync (see below).
+    v1 = os.urandom(2 * MiB)
+    create("ovw_unsynced.bin", v1)
+
+    # Make every name durable: fsync each directory, deepest first.
+    for d in sorted(model.dirs, key=lambda s: s.count("/") + (1 if s else 0), reverse=True):
+        fsync_dir(P(d) if d else root)
+
+    # --- After the last fsync: writes a crash may lose. -------------------------------
+    create("unsynced_a.bin", os.urandom(2 * MiB + 123), fsync=False)
+    create("a/b/unsynced_b.bin", os.urandom(5000), fsync=False)
+    v2 = bytearray(v1)
+    patch = os.urandom(64 * KiB)
+    v2[MiB - 32 * KiB:MiB + 32 * KiB] = patch
+    fd = os.open(P("ovw_unsynced.bin"), os.O_RDWR)
+    try:
+        _write_all(fd, patch, offset=MiB - 32 * KiB)
+    finally:
+        os.close(fd)
+    model.files["ovw_unsynced.bin"] = bytes(v2)
+    model.durable.discard("ovw_unsynced.bin")
+    model.old_or_new["ovw_unsynced.bin"] = (v1, bytes(v2))
+
+    for rel in model.files:
+        assert rel in model.durable or rel in model.loose or rel in model.old_or_new, rel
+
+
+def check_tree(env, model, mode):
+    """mode 'exact': everything as last written (live mount, clean restart).
+    mode 'crash': only what was fsynced is guaranteed; the rest obeys the crash rules."""
+    root = env.mnt
+    P = lambda rel: os.path.join(root, rel) if rel else root  # noqa: E731
+    label = f"{env.scenario}/{mode}"
+    crash = mode == "crash"
+
+    for rel, expected in sorted(model.files.items()):
+        path = P(rel)
+        if not crash or rel in model.durable:
+            check(os.path.lexists(path), f"{label}: {rel} is missing"
+                  + (" (its content and directory were fsynced)" if crash else ""))
+            check_exact(path, expected, label)
+        elif rel in model.old_or_new:
+            check(os.path.lexists(path), f"{label}: {rel} is missing (it was fsynced before "
+                                         f"the unsynced overwrite)")
+            old, new = model.old_or_new[rel]
+            check_old_or_new(path, old, new, label)
+        else:  # loose: may be missing
+            if os.path.lexists(path):
+                check_prefix_or_zero(path, expected, label)
+
+    for rel in sorted(model.gone):
+        check(not os.path.lexists(P(rel)), f"{label}: {rel} should be gone (deleted or renamed "
+                                           f"away{', and its directory was fsynced' if crash else ''})")
+
+    for d in sorted(model.dirs):
+        path = P(d)
+        check(os.path.isdir(path), f"{label}: directory {d or '/'} is missing or not a directory")
+        got = set(os.listdir(path))
+        want = model.children(d)
+        if crash:
+            must = {n for n in want if os.path.join(d, n) in model.durable
+                    or os.path.join(d, n) in model.dirs or os.path.join(d, n) in model.old_or_new}
+            check(must <= got, f"{label}: listing of {d or '/'} lacks fsynced names "
+                               f"{sorted(must - got)}; got {sorted(got)}")
+            check(got <= want, f"{label}: listing of {d or '/'} has unexpected names "
+                               f"{sorted(got - want)}; expected at most {sorted(want)}")
+        else:
+            check(got == want, f"{label}: listing of {d or '/'} is {sorted(got)}, expected "
+                               f"{sorted(want)} (missing {sorted(want - got)}, extra "
+                               f"{sorted(got - want)})")
+
+    # Modes: the explicit ones, and (after a restart) whatever the mount showed before.
+    for rel in sorted(set(model.files) | (model.dirs - {""})):
+        path = P(rel)
+        if not os.path.lexists(path):
+            continue  # a loose file lost in a crash; already judged above
+        st = os.lstat(path)
+        is_dir = rel in model.dirs
+        check(stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode),
+              f"{label}: {rel} has file type {oct(stat.S_IFMT(st.st_mode))}, expected "
+              f"{'directory' if is_dir else 'regular file'}")
+        m = stat.S_IMODE(st.st_mode)
+        if rel in model.modes:
+            check(m == model.modes[rel], f"{label}: {rel} has mode {oct(m)}, expected "
+                                         f"{oct(model.modes[rel])} (set by chmod)")
+        if rel in model.recorded:
+            check(m == model.recorded[rel], f"{label}: {rel} has mode {oct(m)} after the "
+                                            f"restart, {oct(model.recorded[rel])} before")
+
+
+def record_modes(env, model):
+    for rel in set(model.files) | (model.dirs - {""}):
+        model.recorded[rel] = stat.S_IMODE(os.lstat(os.path.join(env.mnt, rel)).st_mode)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scenarios
+# ----------------------------------------------------------------------------------------------
+
+def scenario_clean_restart(env):
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    env.write_config()
+    env.start_runtime()
+    env.mount()
+    model = Model()
+    run_workload(env, model, tier_check=True)
+    log("workload done; checking through the live mount")
+    check_tree(env, model, "exact")
+    record_modes(env, model)
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    env.mount()
+    log("checking after a clean restart")
+    check_tree(env, model, "exact")
+    tiers = env.tier_stat()
+    persistent = sum(t["used"] for t in tiers if str(t["persistence"]).lower() != "volatile")
+    check(persistent >= 64 * MiB, f"tier stat after restart: persistent tiers hold only "
+                                  f"{persistent} bytes, less than the 64 MiB file; tiers: {tiers}")
+    env.unmount()
+    env.stop_runtime()
+
+
+def _crash_scenario(env, fault):
+    env.check_binaries(env.clio_run, env.clio_fuse)
+    env.fault_injection = fault
+    env.write_config()
+    env.start_runtime()
+    env.mount()
+    model = Model()
+    run_workload(env, model)
+    log("workload done; checking through the live mount")
+    check_tree(env, model, "exact")
+    record_modes(env, model)
+    env.crash()
+    env.start_runtime()
+    env.mount()
+    log("checking after the crash")
+    check_tree(env, model, "crash")
+    env.unmount()
+    env.stop_runtime()
+
+
+def scenario_kill9_restart(env):
+    _crash_scenario(env, fault=False)
+
+
+def scenario_power_cut(env):
+    _crash_scenario(env, fault=True)
+
+
+def _expect_config_refused(env, conf, needles, what):
+    cp = run_cmd([env.clio_run, "start"], env=env.env(conf=conf))
+    err = _text(cp.stderr)
+    try:
+        check(cp.returncode == 2, f"{what}: expected exit status 2 (bad usage)\n" + describe(cp))
+        for n in needles:
+            if isinstance(n, re.Pattern):
+                check(n.search(err), f"{what}: stderr does not match {n.pattern!r}\n" + describe(cp))
+            else:
+                check(n in err, f"{what}: stderr does not name {n!r}\n" + describe(cp))
+        check(env.runtime_status() != 0, f"{what}: the runtime is running although start failed")
+    finally:
+        pid = env.runtime_pid()
+        if pid and pid_alive(pid):  # it started anyway: stop it so the next case is clean
+            run_cmd([env.clio_run, "stop"], env=env.env(conf=conf))
+    log(f"{what}: refused as expected: {err.strip().splitlines()[-1] if err.strip() else ''}")
+
+
+def scenario_bad_input(env):
+    env.check_binaries(env.clio_run, env.clio_fuse)
+    good = env.config_text()
+    # The good config is written first: every bad config shares its state dir and socket, so
+    # `clio_run status` with it tells whether a refused start left a runtime behind.
+    env.write_config(good)
+
+    # (a) unknown key, on a known line.
+    lines = good.splitlines(keepends=True)
+    idx = next(i for i, l in enumerate(lines) if l.startswith("runtime:")) + 1
+    lines.insert(idx, "  bogus_key: 1\n")
+    bad_line = idx + 1  # 1-based
+    conf_a = env.write_config("".join(lines), os.path.join(env.T, "bad_key.yaml"))
+    env.confs.append(conf_a)
+    _expect_config_refused(env, conf_a, [conf_a, "bogus_key",
+                                         re.compile(rf"(?<!\d){bad_line}(?!\d)")],
+                           "(a) unknown key")
+
+    # (b) bad size.
+    conf_b = env.write_config(env.config_text(ram_capacity="12XB"),
+                              os.path.join(env.T, "bad_size.yaml"))
+    env.confs.append(conf_b)
+    _expect_config_refused(env, conf_b, [conf_b, "capacity_limit", "12XB"], "(b) bad size")
+
+    # (c) missing config file.
+    conf_c = os.path.join(env.T, "does_not_exist.yaml")
+    _expect_config_refused(env, conf_c, [conf_c], "(c) missing config file")
+
+    # (e) clio-fuse while the runtime is NOT running.
+    check(env.runtime_status() != 0, "(e) precondition: runtime should not be running")
+    mnt_e = os.path.join(env.T, "mnt_e")
+    os.makedirs(mnt_e)
+    env.mountpoints.add(mnt_e)
+    cp = run_cmd([env.clio_fuse, mnt_e], env=env.env())
+    check(cp.returncode != 0, "(e) clio-fuse succeeded without a runtime\n" + describe(cp))
+    check(re.search(r"not running", _text(cp.stderr), re.I),
+          "(e) stderr does not say the runtime is not running\n" + describe(cp))
+    check(not is_mounted(mnt_e), f"(e) {mnt_e} is a mount point after the failed mount")
+    check(not find_fuse_pids(env.clio_fuse, mnt_e), "(e) a clio-fuse process was left running")
+    log("(e) mount without a runtime refused as expected")
+
+    env.start_runtime()
+
+    # (d) mount point that does not exist.
+    mnt_d = os.path.join(env.T, "no", "such", "dir")
+    env.mountpoints.add(mnt_d)
+    cp = run_cmd([env.clio_fuse, mnt_d], env=env.env())
+    err_lines = [l for l in _text(cp.stderr).splitlines() if l.strip()]
+    check(cp.returncode != 0, "(d) clio-fuse succeeded on a missing mount point\n" + describe(cp))
+    check(len(err_lines) == 1, f"(d) expected one line on stderr, got {len(err_lines)}\n"
+          + describe(cp))
+    check(mnt_d in err_lines[0], "(d) stderr does not name the mount point\n" + describe(cp))
+    check(not is_mounted(mnt_d) and not os.path.exists(mnt_d),
+          f"(d) {mnt_d} exists or is mounted after the failed mount")
+    check(not find_fuse_pids(env.clio_fuse, mnt_d), "(d) a clio-fuse process was left running")
+    log("(d) missing mount point refused as expected")
+
+    # (f) a directory that is already a CLIO mount.
+    env.mount()
+    probe = os.urandom(10000)
+    with open(os.path.join(env.mnt, "probe.bin"), "wb") as f:
+        f.write(probe)
+    n_before = len(mount_entries(env.mnt))
+    cp = run_cmd([env.clio_fuse, env.mnt], env=env.env())
+    check(cp.returncode != 0, "(f) a second clio-fuse on a mounted directory succeeded\n"
+          + describe(cp))
+    n_after = len(mount_entries(env.mnt))
+    check(n_after == n_before, f"(f) {env.mnt} has {n_after} mount entries after the refused "
+                               f"mount, {n_before} before (stacked mount?)")
+    check(len(find_fuse_pids(env.clio_fuse, env.mnt)) <= 1,
+          "(f) more than one clio-fuse process serves the mount point")
+    check_exact(os.path.join(env.mnt, "probe.bin"), probe, "(f) existing mount")
+    check(os.listdir(env.mnt) == ["probe.bin"], f"(f) listing: {os.listdir(env.mnt)}")
+    with open(os.path.join(env.mnt, "probe2.bin"), "wb") as f:
+        f.write(b"still works")
+    check_exact(os.path.join(env.mnt, "probe2.bin"), b"still works", "(f) existing mount")
+    log(f"(f) double mount refused as expected: {_text(cp.stderr).strip()[:200]}")
+    env.unmount()
+    env.stop_runtime()
+
+
+SCENARIO_FUNCS = {
+    "clean_restart": scenario_clean_restart,
+    "kill9_restart": scenario_kill9_restart,
+    "power_cut": scenario_power_cut,
+    "bad_input": scenario_bad_input,
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Runner
+# ----------------------------------------------------------------------------------------------
+
+def run_scenario(name, args):
+    log(f"=== {name} ===")
+    env = None
+    ok = False
+    watchdog = None
+    try:
+        env = Env(args.build_dir, name, keep=args.keep)
+        log(f"temp dir {env.T}")
+        watchdog = threading.Timer(args.scenario_timeout, env.abort)
+        watchdog.daemon = True
+        watchdog.start()
+        SCENARIO_FUNCS[name](env)
+        ok = True
+    except TestFailure as e:
+        log(f"FAIL {name}: {e}")
+    except Exception:  # noqa: BLE001 - report anything as a failure of this scenario
+        log(f"FAIL {name}: unexpected error\n{traceback.format_exc()}")
+    finally:
+        if watchdog:
+            watchdog.cancel()
+        if env is not None:
+            if env.aborted:
+                log(f"FAIL {name}: aborted by the watchdog after {args.scenario_timeout}s")
+                ok = False
+            if not ok:
+                tail = env.log_tail()
+                if tail:
+                    log("daemon logs:" + tail)
+            try:
+                errors = env.cleanup()
+            except Exception:  # noqa: BLE001
+                errors = [traceback.format_exc()]
+            for e in errors:
+                log(f"cleanup problem in {name}: {e}")
+    log(f"{'PASS' if ok else 'FAIL'} {name}")
+    return ok
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", required=True, help="CMake build dir (holds cli/ and fs/)")
+    ap.add_argument("--only", choices=SCENARIOS, help="run just this scenario")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dirs for inspection")
+    ap.add_argument("--scenario-timeout", type=float, default=900,
+                    help="seconds before a hung scenario's daemons are killed (default 900)")
+    args = ap.parse_args(argv)
+    os.umask(0o022)
+    os.chdir("/")  # never hold a mount busy through our cwd
+    names = [args.only] if args.only else list(SCENARIOS)
+    passed = failed = 0
+    for n in names:
+        if run_scenario(n, args):
+            passed += 1
+        else:
+            failed += 1
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
