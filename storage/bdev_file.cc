@@ -1,0 +1,306 @@
+// file transport: a backing file driven through the I/O layer (io_uring or POSIX, with the
+// fault-injection mode), plus the allocator log.
+//
+// Layout: a 4 KiB header at offset 0, the data area from kDataStart. Header (little-endian):
+//   magic "CLIOTIER" | version u32 | reserved u32 | tier id u64 | alignment u64 |
+//   created (unix ns) u64 | xxh3-64 of the preceding 40 bytes u64 | zeros to 4096.
+// The file grows in growth_unit steps with fallocate, so a full disk fails at Allocate().
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "storage/alloc_log.h"
+#include "storage/bdev_base.h"
+#include "storage/sys_util.h"
+
+namespace clio {
+namespace {
+
+constexpr uint64_t kDataStart = 4096;
+constexpr uint32_t kTierFormatVersion = 1;
+constexpr char kTierMagic[8] = {'C', 'L', 'I', 'O', 'T', 'I', 'E', 'R'};
+constexpr size_t kHeaderFields = 40;  // bytes covered by the header checksum
+constexpr auto kLogSyncInterval = std::chrono::milliseconds(50);
+
+struct TierHeader {
+  uint64_t tier_id = 0;
+  uint64_t alignment = 0;
+  uint64_t created_ns = 0;
+};
+
+std::string EncodeTierHeader(const TierHeader& h) {
+  Encoder enc;
+  enc.PutRaw(std::string_view(kTierMagic, sizeof(kTierMagic)));
+  enc.Put<uint32_t>(kTierFormatVersion).Put<uint32_t>(0);
+  enc.Put<uint64_t>(h.tier_id).Put<uint64_t>(h.alignment).Put<uint64_t>(h.created_ns);
+  std::string& b = enc.buffer();
+  enc.Put<uint64_t>(XXH3_64bits(b.data(), b.size()));
+  std::string out = enc.Take();
+  out.resize(kDataStart, '\0');
+  return out;
+}
+
+Result<TierHeader> DecodeTierHeader(const std::string& path, const char* p) {
+  if (std::memcmp(p, kTierMagic, sizeof(kTierMagic)) != 0) {
+    return Corruption("tier file " + path + ": bad magic (not a CLIO tier file)");
+  }
+  Decoder dec(std::string_view(p + sizeof(kTierMagic), kHeaderFields));
+  uint32_t version = 0, reserved = 0;
+  TierHeader h;
+  uint64_t sum = 0;
+  dec.Get(&version);
+  dec.Get(&reserved);
+  dec.Get(&h.tier_id);
+  dec.Get(&h.alignment);
+  dec.Get(&h.created_ns);
+  dec.Get(&sum);
+  if (version != kTierFormatVersion) {
+    return Corruption("tier file " + path + ": format version " + std::to_string(version) +
+                      " is unknown (this build reads version " +
+                      std::to_string(kTierFormatVersion) + ")");
+  }
+  if (sum != XXH3_64bits(p, kHeaderFields)) {
+    return Corruption("tier file " + path + ": header checksum mismatch");
+  }
+  return h;
+}
+
+class FileBdev final : public BdevBase {
+ public:
+  FileBdev(BdevConfig config, uint64_t tier_id, uint64_t capacity, std::unique_ptr<IoFile> io,
+           std::unique_ptr<AllocLog> log, struct stat identity)
+      : BdevBase(std::move(config), tier_id, capacity, /*growable=*/true, log.get()),
+        io_(std::move(io)),
+        log_(std::move(log)),
+        fail_marker_(config_.name + ".fail"),
+        dev_(identity.st_dev),
+        ino_(identity.st_ino) {}
+
+  ~FileBdev() override {
+    if (sync_thread_.joinable()) {
+      {
+        MutexLock l(&bg_mu_);
+        stop_ = true;
+      }
+      bg_cv_.NotifyAll();
+      sync_thread_.join();
+    }
+  }
+
+  // Restores the replayed allocator state and makes sure the data area backs it.
+  Status Start(const AllocLog::Replay& replay, uint64_t backed) {
+    CLIO_RETURN_IF_ERROR(alloc_->Restore(replay.live, replay.free).WithContext(Describe()));
+    alloc_->SetLimit(backed);
+    if (alloc_->bump() > backed) {
+      Status s = GrowTo(alloc_->bump());
+      if (!s.ok()) {
+        CLIO_LOG_WARN("{}: cannot back replayed extents up to {}: {}", Describe(), alloc_->bump(),
+                      s.ToString());
+      }
+    }
+    if (log_ != nullptr) sync_thread_ = std::thread([this] { SyncLoop(); });
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    CLIO_RETURN_IF_ERROR(CheckDevice());
+    CLIO_RETURN_IF_ERROR(CheckIdentity());
+    // Order of durability: bytes on the tier, then the allocator log (then, in the CTE, the
+    // index).
+    CLIO_RETURN_IF_ERROR(io_->Sync().WithContext(Describe()));
+    if (log_ != nullptr) CLIO_RETURN_IF_ERROR(log_->Sync().WithContext(Describe()));
+    return Status::Ok();
+  }
+
+  Status FlushAllocLog() override {
+    if (log_ == nullptr) return Status::Ok();
+    return alloc_
+        ->WithSnapshot([this](const ExtentList& live, const ExtentList& free) {
+          return log_->Compact(live, free);
+        })
+        .WithContext(Describe());
+  }
+
+ protected:
+  Status CheckDevice() override {
+    // Test-only fault marker; one access() per call is cheap next to the I/O itself.
+    if (::access(fail_marker_.c_str(), F_OK) == 0) {
+      return IoError(Describe() + ": device fault injected by " + fail_marker_);
+    }
+    return Status::Ok();
+  }
+
+  Status WriteAt(uint64_t offset, std::string_view data) override {
+    return io_->Write(kDataStart + offset, data);
+  }
+  Status ReadAt(uint64_t offset, uint64_t len, char* out) override {
+    return io_->Read(kDataStart + offset, len, out);
+  }
+
+  Result<uint64_t> Grow(uint64_t backed, uint64_t target) override {
+    const uint64_t unit = std::max<uint64_t>(config_.growth_unit, alloc_->min_class());
+    uint64_t want = std::min(RoundUpTo(target, unit), alloc_->capacity());
+    // Ask the filesystem first: a fallocate that runs out of space part way may keep what it
+    // reserved (ext4 does), so a hopeless growth must not be attempted at all.
+    Result<uint64_t> host = FilesystemFreeBytes(HostPath());
+    if (host.ok()) {
+      if (want - backed > *host) want = target;
+      if (target - backed > *host) {
+        return NoSpace(Describe() + ": growing the file by " + std::to_string(target - backed) +
+                       " bytes: the host filesystem has " + std::to_string(*host) + " free");
+      }
+    }
+    Status s = io_->Allocate(kDataStart + backed, want - backed);
+    if (!s.ok() && s.code() == Code::kNoSpace && want > target) {
+      want = target;  // a whole growth unit does not fit; reserve just what is needed
+      s = io_->Allocate(kDataStart + backed, want - backed);
+    }
+    if (!s.ok()) return s.WithContext(Describe() + ": growing the file");
+    return want;
+  }
+
+  Status PersistAllocator() override { return log_ != nullptr ? log_->Flush() : Status::Ok(); }
+
+  std::string HostPath() const override {
+    auto slash = config_.name.rfind('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : config_.name.substr(0, slash);
+  }
+
+  std::string BackendName() const override { return std::string(io_->backend_name()); }
+
+  uint64_t EffectiveCapacity() override {
+    if (config_.capacity != 0) return alloc_->capacity();
+    // Grows as far as the host allows: what is backed plus what the host can still give.
+    const uint64_t backed = alloc_->limit();
+    const uint64_t host = HostFreeBytes();
+    return host > UINT64_MAX - backed ? UINT64_MAX : backed + host;
+  }
+
+ private:
+  // The path must still name the file we opened; a deleted or replaced backing file means
+  // nothing written since is durable.
+  Status CheckIdentity() {
+    struct stat st;
+    if (::stat(config_.name.c_str(), &st) != 0) {
+      return IoError(Describe() + ": backing file " + config_.name + " is gone (" +
+                     std::strerror(errno) + ")");
+    }
+    if (st.st_dev != dev_ || st.st_ino != ino_) {
+      return IoError(Describe() + ": backing file " + config_.name +
+                     " was replaced by another file");
+    }
+    return Status::Ok();
+  }
+
+  // Background fsync of the allocator log every 50 ms, so allocations become durable soon
+  // even without a Sync() from the CTE.
+  void SyncLoop() {
+    for (;;) {
+      {
+        MutexLock l(&bg_mu_);
+        if (!stop_) bg_cv_.WaitFor(&bg_mu_, kLogSyncInterval);
+        if (stop_) return;
+      }
+      if (log_->NeedsSync()) {
+        Status s = log_->Sync();
+        if (!s.ok()) CLIO_LOG_WARN("{}: background alloc log sync: {}", Describe(), s.ToString());
+      }
+    }
+  }
+
+  const std::unique_ptr<IoFile> io_;
+  const std::unique_ptr<AllocLog> log_;  // null for an explicitly volatile file tier
+  const std::string fail_marker_;
+  const dev_t dev_;
+  const ino_t ino_;
+
+  Mutex bg_mu_;
+  CondVar bg_cv_;
+  bool stop_ GUARDED_BY(bg_mu_) = false;
+  std::thread sync_thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
+  BdevConfig c = config;
+  if (c.alignment == 0) c.alignment = 4096;
+  CLIO_RETURN_IF_ERROR(BlockAllocator::ValidateAlignment(c.alignment).WithContext("file bdev"));
+  if (c.growth_unit == 0) return ConfigError("file bdev '" + c.name + "': growth_unit is 0");
+  if (!c.persistence) c.persistence = Persistence::kTemporary;
+
+  CLIO_ASSIGN_OR_RETURN(auto io, OpenIoFile(c.name, c.io));
+  CLIO_ASSIGN_OR_RETURN(uint64_t size, io->Size());
+  TierHeader hdr;
+  if (size == 0) {
+    hdr.tier_id = c.tier_id != 0 ? c.tier_id : RandomTierId();
+    hdr.alignment = c.alignment;
+    hdr.created_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+    CLIO_RETURN_IF_ERROR(io->Write(0, EncodeTierHeader(hdr)));
+    CLIO_RETURN_IF_ERROR(io->Sync());
+    CLIO_RETURN_IF_ERROR(SyncParentDir(c.name));
+    size = kDataStart;
+  } else {
+    if (size < kDataStart) {
+      return Corruption("tier file " + c.name + ": header truncated (" + std::to_string(size) +
+                        " bytes)");
+    }
+    std::string buf(kDataStart, '\0');
+    CLIO_RETURN_IF_ERROR(io->Read(0, kDataStart, buf.data()));
+    CLIO_ASSIGN_OR_RETURN(hdr, DecodeTierHeader(c.name, buf.data()));
+    if (c.tier_id != 0 && c.tier_id != hdr.tier_id) {
+      return Corruption("tier file " + c.name + " holds tier id " + std::to_string(hdr.tier_id) +
+                        ", but the configuration names tier id " + std::to_string(c.tier_id));
+    }
+    if (BlockAllocator::ValidateAlignment(hdr.alignment).ok() && hdr.alignment != c.alignment) {
+      CLIO_LOG_WARN("tier file {}: keeping its alignment {} (configured {})", c.name,
+                    hdr.alignment, c.alignment);
+      c.alignment = hdr.alignment;
+    } else if (!BlockAllocator::ValidateAlignment(hdr.alignment).ok()) {
+      return Corruption("tier file " + c.name + ": bad alignment " +
+                        std::to_string(hdr.alignment) + " in header");
+    }
+  }
+  c.tier_id = hdr.tier_id;
+
+  const uint64_t min_class = std::max(BlockAllocator::kMinClass, c.alignment);
+  uint64_t capacity = c.capacity == 0 ? kUnboundedCapacity : c.capacity - c.capacity % min_class;
+  if (capacity < min_class) {
+    return ConfigError("file bdev '" + c.name + "': capacity " + std::to_string(c.capacity) +
+                       " is smaller than one block");
+  }
+
+  struct stat identity;
+  if (::stat(c.name.c_str(), &identity) != 0) {
+    return Status::FromErrno(errno, "stat " + c.name);
+  }
+
+  std::unique_ptr<AllocLog> log;
+  AllocLog::Replay replay;
+  if (*c.persistence != Persistence::kVolatile) {
+    if (c.alloc_log.empty()) c.alloc_log = c.name + ".alloc_log";
+    CLIO_ASSIGN_OR_RETURN(log, AllocLog::Open(c.alloc_log, hdr.tier_id, c.io, &replay));
+    if (replay.records > 0) {
+      CLIO_LOG_INFO("tier file {}: replayed {} alloc log records: {} live, {} free extents",
+                    c.name, replay.records, replay.live.size(), replay.free.size());
+    }
+  }
+
+  const uint64_t id = hdr.tier_id;
+  auto bdev = std::make_unique<FileBdev>(std::move(c), id, capacity, std::move(io),
+                                         std::move(log), identity);
+  CLIO_RETURN_IF_ERROR(bdev->Start(replay, size - kDataStart));
+  return std::unique_ptr<Bdev>(std::move(bdev));
+}
+
+}  // namespace clio
