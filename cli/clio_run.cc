@@ -138,7 +138,8 @@ int Stop(const RuntimeConfig& cfg) {
   Encoder none;
   auto ping = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kPing), none.buffer());
   uint64_t pid = 0;
-  Decoder d(ping.ok() ? *ping : std::string());
+  const std::string d_bytes = ping.ok() ? *ping : std::string();
+  Decoder d(d_bytes);
   d.Get(&pid);
   auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStop), none.buffer(), false);
   if (!r.ok()) {

@@ -21,7 +21,8 @@ int TierStat(const CommandContext& ctx) {
   find.PutBytes("clio_cte_core");
   auto pool = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
   uint32_t id = 0;
-  Decoder pd(pool.ok() ? *pool : std::string());
+  const std::string pd_bytes = pool.ok() ? *pool : std::string();
+  Decoder pd(pd_bytes);
   if (!pool.ok() || !pd.Get(&id)) {
     std::fprintf(stderr, "clioctl: the runtime has no clio_cte_core pool: %s\n", pool.status().message().c_str());
     return 1;

@@ -433,7 +433,8 @@ int Main(int argc, char** argv) {
   Encoder find;
   find.PutBytes("clio_fs");
   auto pool = state.client->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
-  Decoder pd(pool.ok() ? *pool : std::string());
+  const std::string pd_bytes = pool.ok() ? *pool : std::string();
+  Decoder pd(pd_bytes);
   if (!pool.ok() || !pd.Get(&state.pool)) {
     std::fprintf(stderr, "clio-fuse: the runtime serves no filesystem pool 'clio_fs': %s\n",
                  pool.status().message().c_str());

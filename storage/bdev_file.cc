@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "common/codec.h"
@@ -237,6 +238,12 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
   if (c.growth_unit == 0) return ConfigError("file bdev '" + c.name + "': growth_unit is 0");
   if (!c.persistence) c.persistence = Persistence::kTemporary;
 
+  // The tier's directory is created on first use, like the state directory above it.
+  std::error_code dir_error;
+  std::filesystem::path parent = std::filesystem::path(c.name).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, dir_error);
+  if (dir_error)
+    return IoError("file bdev '" + c.name + "': cannot create " + parent.string() + ": " + dir_error.message());
   CLIO_ASSIGN_OR_RETURN(auto io, OpenIoFile(c.name, c.io));
   CLIO_ASSIGN_OR_RETURN(uint64_t size, io->Size());
   TierHeader hdr;

@@ -150,8 +150,15 @@ class ThreadRing {
   }
   // nullptr when this thread cannot have a ring; init_error() says why.
   io_uring* Get() {
+    // A forked child shares the parent's ring memory: using it would corrupt both. Each
+    // process makes its own (the inherited mapping is left alone).
+    if (tried_ && owner_ != getpid()) {
+      tried_ = false;
+      ok_ = false;
+    }
     if (!tried_) {
       tried_ = true;
+      owner_ = getpid();
       int r = io_uring_queue_init(kRingEntries, &ring_, 0);
       ok_ = (r == 0);
       init_error_ = ok_ ? 0 : -r;
@@ -165,6 +172,7 @@ class ThreadRing {
   bool tried_ = false;
   bool ok_ = false;
   int init_error_ = 0;
+  pid_t owner_ = 0;
 };
 
 thread_local ThreadRing t_ring;

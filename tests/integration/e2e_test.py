@@ -1042,6 +1042,7 @@ def main(argv=None):
                     help="seconds before a hung scenario's daemons are killed (default 900)")
     args = ap.parse_args(argv)
     os.umask(0o022)
+    args.build_dir = os.path.abspath(args.build_dir)
     os.chdir("/")  # never hold a mount busy through our cwd
     names = [args.only] if args.only else list(SCENARIOS)
     passed = failed = 0
