@@ -31,6 +31,9 @@ Status FsPool::Stop() { return kv_->Sync(); }
 
 namespace {
 
+// FUSE asks for at most max_read (1 MiB) at a time; anything far larger is a broken client.
+constexpr uint32_t kMaxReadSize = 4u << 20;
+
 Result<std::string> AttrReply(Result<InodeAttr> a) {
   if (!a.ok()) return a.status();
   Encoder e;
@@ -119,7 +122,7 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kRead:
       d.Get(&ino); d.Get(&offset); d.Get(&len);
       CLIO_RETURN_IF_ERROR(done("read"));
-      if (len > kMaxPayload) return InvalidArgument("read larger than a frame");
+      if (len > kMaxReadSize) return InvalidArgument("read of " + std::to_string(len) + " bytes: at most 4 MiB per request");
       return ns_->Read(ino, offset, len);
     case FsMethod::kWrite: {
       d.Get(&ino); d.Get(&offset); d.GetBytes(&data);

@@ -12,7 +12,8 @@ case "$kind" in
   test)
     dir=build-test
     flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
-           -DCLIO_SANITIZE=ON -DCLIO_WERROR=ON -DCLIO_BUILD_TESTS=ON -DCLIO_BUILD_BENCH=ON) ;;
+           -DCLIO_SANITIZE=ON -DCLIO_WERROR=ON -DCLIO_BUILD_TESTS=ON -DCLIO_BUILD_BENCH=ON
+           -DCLIO_BUILD_FUZZ=ON) ;;
   *) echo "usage: scripts/build.sh release|test" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
