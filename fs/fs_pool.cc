@@ -127,9 +127,9 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kWrite: {
       d.Get(&ino); d.Get(&offset); d.GetBytes(&data);
       CLIO_RETURN_IF_ERROR(done("write"));
-      CLIO_RETURN_IF_ERROR(ns_->Write(ino, offset, data));
+      CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(ino, offset, data));
       Encoder e;
-      e.Put<uint32_t>(static_cast<uint32_t>(data.size()));
+      e.Put<uint32_t>(static_cast<uint32_t>(written));
       return e.Take();
     }
     case FsMethod::kStatfs: {

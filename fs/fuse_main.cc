@@ -179,6 +179,12 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   ReplyStatus(req, Call(req, FsMethod::kRename, e));
 }
 
+void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  (void)Call(req, FsMethod::kRelease, e);
+}
+
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
@@ -190,7 +196,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
   fuse_entry_param ent = ToEntry(a);
   fi->keep_cache = 1;
-  fuse_reply_create(req, &ent, fi);
+  // If the caller was interrupted the kernel never sends release: undo the open here.
+  if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -199,7 +206,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto r = Call(req, FsMethod::kOpen, e);
   if (!r.ok()) return ReplyErr(req, r.status());
   fi->keep_cache = 1;  // this mount is the only writer of its files
-  fuse_reply_open(req, fi);
+  if (fuse_reply_open(req, fi) != 0) ReleaseQuietly(req, ino);
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
@@ -215,7 +222,10 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
   e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
   auto r = Call(req, FsMethod::kWrite, e);
   if (!r.ok()) return ReplyErr(req, r.status());
-  fuse_reply_write(req, size);
+  Decoder d(*r);
+  uint32_t written = 0;
+  if (!d.Get(&written) || written > size) return (void)fuse_reply_err(req, EIO);
+  fuse_reply_write(req, written);  // fewer than asked: a tier filled up part-way
 }
 
 void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
@@ -256,8 +266,8 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (n < kReadDirPage) break;
     after = h->entries.back().name;
   }
-  fi->fh = reinterpret_cast<uint64_t>(h.release());
-  fuse_reply_open(req, fi);
+  fi->fh = reinterpret_cast<uint64_t>(h.get());
+  if (fuse_reply_open(req, fi) == 0) (void)h.release();  // else no releasedir will come
 }
 
 void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {

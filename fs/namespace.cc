@@ -38,6 +38,12 @@ std::string OrphanKey(uint64_t ino) {
   AppendBigEndian64(&k, ino);
   return k;
 }
+// A truncation whose blob changes may not have finished: redone at start.
+std::string TruncateKey(uint64_t ino) {
+  std::string k = "x/";
+  AppendBigEndian64(&k, ino);
+  return k;
+}
 
 std::string EncodeInode(const InodeAttr& a, std::string_view target) {
   Encoder e;
@@ -119,17 +125,37 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, uint64
 }
 
 Status Namespace::RemoveOrphans() {
+  // Files whose last name went away: their data is deleted, then the inode and the key.
   CLIO_ASSIGN_OR_RETURN(KvPairs orphans, kv_->Scan("o/", "", 0));
-  for (auto& [k, _] : orphans) {
+  for (auto& [k, _] : orphans) CLIO_RETURN_IF_ERROR(DeleteFileData(ReadBigEndian64(std::string_view(k).substr(2))));
+  if (!orphans.empty()) CLIO_LOG_INFO("removed the data of {} unlinked files", orphans.size());
+  // Truncations interrupted between the size change and the blob changes.
+  CLIO_ASSIGN_OR_RETURN(KvPairs truncs, kv_->Scan("x/", "", 0));
+  for (auto& [k, v] : truncs) {
     uint64_t ino = ReadBigEndian64(std::string_view(k).substr(2));
-    CLIO_RETURN_IF_ERROR(cte_->DelTag(ino));
-    KvBatch b;
-    b.Delete(InodeKey(ino));
-    b.Delete(k);
-    CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+    Decoder d(v);
+    uint64_t size = 0;
+    d.Get(&size);
+    CLIO_RETURN_IF_ERROR(d.Finish("pending truncate"));
+    CLIO_RETURN_IF_ERROR(FinishTruncate(ino, size));
   }
-  if (!orphans.empty()) CLIO_LOG_INFO("removed {} files unlinked while open", orphans.size());
   return Status::Ok();
+}
+
+Status Namespace::DeleteFileData(uint64_t ino) {
+  CLIO_RETURN_IF_ERROR(cte_->DelTag(ino));
+  KvBatch b;
+  b.Delete(InodeKey(ino));
+  b.Delete(OrphanKey(ino));
+  b.Delete(TruncateKey(ino));
+  return kv_->Apply(std::move(b));
+}
+
+Status Namespace::FinishTruncate(uint64_t ino, uint64_t size) {
+  CLIO_RETURN_IF_ERROR(ClipData(ino, size));
+  KvBatch b;
+  b.Delete(TruncateKey(ino));
+  return kv_->Apply(std::move(b));
 }
 
 Result<InodeAttr> Namespace::LoadInode(uint64_t ino) {
@@ -164,8 +190,7 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
 
 Result<InodeAttr> Namespace::GetAttr(uint64_t ino) { return LoadInode(ino); }
 
-Status Namespace::TruncateData(uint64_t ino, uint64_t old_size, uint64_t new_size) {
-  if (new_size >= old_size) return Status::Ok();
+Status Namespace::ClipData(uint64_t ino, uint64_t new_size) {
   CLIO_ASSIGN_OR_RETURN(auto blobs, cte_->ListBlobs(ino));
   for (uint64_t b : blobs) {
     uint64_t start = b * chunk_size_;
@@ -185,12 +210,17 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (!v) return NotFound("no inode " + Hex(ino));
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
   int64_t now = NowNs();
+  bool shrink = false;
   if (req.valid & kSetSize) {
     if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "cannot truncate a directory");
     if (!S_ISREG(a.mode)) return InvalidArgument("can only truncate regular files");
-    // Bytes past the new end are forgotten before the size shrinks, so a later extension
-    // reads zeros there.
-    CLIO_RETURN_IF_ERROR(TruncateData(ino, a.size, req.size));
+    if (req.size > kMaxFileSize) return Status(Code::kOutOfRange, "size past the largest file");
+    if (req.size > a.size) {
+      // Growing: whatever lies past the old end (bytes of a write whose size update a crash
+      // lost) is forgotten first, so the new range reads as zeros.
+      CLIO_RETURN_IF_ERROR(ClipData(ino, a.size));
+    }
+    shrink = req.size < a.size;
     a.size = req.size;
     a.mtime_ns = now;
   }
@@ -204,7 +234,15 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   a.ctime_ns = now;
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, target));
+  if (shrink) {
+    // The new size and the intent to clip commit together; a crash before the blobs are
+    // clipped is finished at the next start, so no half-truncated file survives.
+    Encoder e;
+    e.Put<uint64_t>(a.size);
+    b.Put(TruncateKey(ino), e.Take());
+  }
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  if (shrink) CLIO_RETURN_IF_ERROR(FinishTruncate(ino, a.size));
   return a;
 }
 
@@ -283,16 +321,13 @@ Status Namespace::DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) 
     batch->Put(InodeKey(victim.ino), EncodeInode(victim, target));
     return Status::Ok();
   }
+  // The last name is gone. The inode becomes an orphan in the same batch, so its data is
+  // deleted even if the runtime stops before DeleteFileData() finishes. A file still open
+  // stays readable until the last Release() (or the next start).
+  batch->Put(InodeKey(victim.ino), EncodeInode(victim, {}));
+  batch->Put(OrphanKey(victim.ino), "");
   auto it = open_counts_.find(victim.ino);
-  if (it != open_counts_.end() && it->second > 0) {
-    // Unlinked while open: the inode lives on as an orphan until the last Release(), or until
-    // the next start if the runtime goes away first.
-    batch->Put(InodeKey(victim.ino), EncodeInode(victim, {}));
-    batch->Put(OrphanKey(victim.ino), "");
-    return Status::Ok();
-  }
-  batch->Delete(InodeKey(victim.ino));
-  *delete_data = S_ISREG(victim.mode);
+  *delete_data = !(it != open_counts_.end() && it->second > 0);
   return Status::Ok();
 }
 
@@ -315,7 +350,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
   }
   // The name is gone atomically; the data goes after (a crash in between leaves blobs of a
   // deleted inode, which are unreachable and read by nobody).
-  return drop_data ? cte_->DelTag(drop_data) : Status::Ok();
+  return drop_data ? DeleteFileData(drop_data) : Status::Ok();
 }
 
 Status Namespace::IsEmptyDir(uint64_t ino) {
@@ -354,7 +389,12 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     CLIO_ASSIGN_OR_RETURN(auto dent, LoadDentry(parent, name));
     CLIO_ASSIGN_OR_RETURN(InodeAttr src, LoadInode(dent.first));
     if (parent == new_parent && name == new_name) return Status::Ok();
-    CLIO_ASSIGN_OR_RETURN(InodeAttr dst_dir, parent == new_parent ? src_dir : LoadDir(new_parent));
+    // Same directory: one object stands for both, so link-count changes are not lost.
+    InodeAttr other_dir;
+    if (parent != new_parent) {
+      CLIO_ASSIGN_OR_RETURN(other_dir, LoadDir(new_parent));
+    }
+    InodeAttr& dst_dir = parent == new_parent ? src_dir : other_dir;
     const bool is_dir = S_ISDIR(src.mode);
     if (is_dir && parent != new_parent) {
       // A directory may not move under itself.
@@ -401,15 +441,14 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     src_dir.mtime_ns = src_dir.ctime_ns = now;
     dst_dir.mtime_ns = dst_dir.ctime_ns = now;
     if (parent == new_parent) {
-      dst_dir.nlink = src_dir.nlink;
-      b.Put(InodeKey(parent), EncodeInode(dst_dir, {}));
+      b.Put(InodeKey(parent), EncodeInode(src_dir, {}));
     } else {
       b.Put(InodeKey(parent), EncodeInode(src_dir, {}));
       b.Put(InodeKey(new_parent), EncodeInode(dst_dir, {}));
     }
     CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
   }
-  return drop_data ? cte_->DelTag(drop_data) : Status::Ok();
+  return drop_data ? DeleteFileData(drop_data) : Status::Ok();
 }
 
 Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t ino, std::string_view start_after, uint32_t limit) {
@@ -425,14 +464,21 @@ Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t ino, std::string_view 
     e.name = k.substr(prefix.size());
     Decoder d(v);
     uint64_t child = 0;
+    uint32_t mode = 0;
     d.Get(&child);
+    d.Get(&mode);
+    CLIO_RETURN_IF_ERROR(d.Finish("directory entry"));
     auto a = LoadInode(child);
-    if (!a.ok()) {
-      // Removed between the scan and the load: skip it.
-      if (a.status().code() == Code::kNotFound) continue;
+    if (a.ok()) {
+      e.attr = *a;
+    } else if (a.status().code() == Code::kNotFound) {
+      // Removed between the scan and the load. Keep the entry (from the dentry alone) so a
+      // page is never shorter than the scan, which callers read as the end of the directory.
+      e.attr.ino = child;
+      e.attr.mode = mode;
+    } else {
       return a.status();
     }
-    e.attr = *a;
     out.push_back(std::move(e));
   }
   return out;
@@ -455,15 +501,9 @@ Status Namespace::Release(uint64_t ino) {
     if (--it->second > 0) return Status::Ok();
     open_counts_.erase(it);
     CLIO_ASSIGN_OR_RETURN(auto orphan, kv_->Get(OrphanKey(ino)));
-    if (orphan) {
-      KvBatch b;
-      b.Delete(OrphanKey(ino));
-      b.Delete(InodeKey(ino));
-      CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
-      drop = true;
-    }
+    drop = orphan.has_value();
   }
-  return drop ? cte_->DelTag(ino) : Status::Ok();
+  return drop ? DeleteFileData(ino) : Status::Ok();
 }
 
 Result<std::string> Namespace::Read(uint64_t ino, uint64_t offset, uint32_t len) {
@@ -483,28 +523,39 @@ Result<std::string> Namespace::Read(uint64_t ino, uint64_t offset, uint32_t len)
   return out;
 }
 
-Status Namespace::Write(uint64_t ino, uint64_t offset, std::string_view data) {
+Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_view data) {
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
   if (!S_ISREG(a.mode)) return Status(Code::kIsDirectory, "write to something not a regular file");
-  if (data.empty()) return Status::Ok();
-  if (offset > std::numeric_limits<int64_t>::max() - data.size()) return Status(Code::kNoSpace, "file too large");
+  if (data.empty()) return uint64_t{0};
+  if (offset > kMaxFileSize || data.size() > kMaxFileSize - offset)
+    return Status(Code::kOutOfRange, "write past the largest file size");
   uint64_t done = 0;
+  Status failed;
   while (done < data.size()) {
     uint64_t pos = offset + done;
     uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
     uint64_t piece = std::min<uint64_t>(data.size() - done, chunk_size_ - in);
-    CLIO_RETURN_IF_ERROR(cte_->PutBlob(ino, chunk, in, data.substr(done, piece)));
+    failed = cte_->PutBlob(ino, chunk, in, data.substr(done, piece));
+    if (!failed.ok()) break;
     done += piece;
   }
+  // A write that stored only a prefix (a tier filled up) is a short write: the size covers
+  // exactly the bytes stored, so nothing unwritten ever becomes visible.
+  if (done == 0) return failed;
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) return NotFound("file was removed during the write");
+  if (!v) {
+    // Unlinked and released while this write was in flight: drop what it stored.
+    (void)cte_->DelTag(ino);
+    return NotFound("file was removed during the write");
+  }
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
-  a.size = std::max<uint64_t>(a.size, offset + data.size());
+  a.size = std::max<uint64_t>(a.size, offset + done);
   a.mtime_ns = a.ctime_ns = NowNs();
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));
-  return kv_->Apply(std::move(b));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  return done;
 }
 
 Status Namespace::Fsync(uint64_t ino) {

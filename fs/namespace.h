@@ -26,6 +26,9 @@ class Cte;
 class KvBatch;
 class KvStore;
 
+// Largest file size and offset (well inside off_t).
+inline constexpr uint64_t kMaxFileSize = (1ull << 62);
+
 class Namespace {
  public:
   // Creates the root directory on first use and removes orphans left by an earlier run.
@@ -51,7 +54,8 @@ class Namespace {
   Status Open(uint64_t ino);
   Status Release(uint64_t ino);
   Result<std::string> Read(uint64_t ino, uint64_t offset, uint32_t len);
-  Status Write(uint64_t ino, uint64_t offset, std::string_view data);
+  // Returns the bytes stored: fewer than asked when a tier filled up part-way (a short write).
+  Result<uint64_t> Write(uint64_t ino, uint64_t offset, std::string_view data);
   // Data on a persistent tier and metadata durable.
   Status Fsync(uint64_t ino);
   // Reports a background flush failure of this file (close()).
@@ -62,7 +66,11 @@ class Namespace {
 
  private:
   Namespace(KvStore* kv, Cte* cte, uint64_t chunk_size) : kv_(kv), cte_(cte), chunk_size_(chunk_size) {}
+  // Finishes work a stop or crash interrupted: data of unlinked files, pending truncations.
   Status RemoveOrphans();
+  // Deletes a file's blobs, then its inode, orphan and truncate keys.
+  Status DeleteFileData(uint64_t ino);
+  Status FinishTruncate(uint64_t ino, uint64_t size);
   Result<InodeAttr> LoadInode(uint64_t ino);
   Result<InodeAttr> LoadDir(uint64_t ino);
   Result<std::pair<uint64_t, uint32_t>> LoadDentry(uint64_t parent, std::string_view name);
@@ -71,7 +79,8 @@ class Namespace {
   // Drops one link of `victim` (already loaded) inside `batch`; frees data when it was the last
   // link and the file is not open.
   Status DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) REQUIRES(mu_);
-  Status TruncateData(uint64_t ino, uint64_t old_size, uint64_t new_size);
+  // Forgets file bytes at and past `new_size`.
+  Status ClipData(uint64_t ino, uint64_t new_size);
   Status IsEmptyDir(uint64_t ino);
 
   KvStore* const kv_;

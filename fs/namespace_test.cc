@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/codec.h"
 #include "fs/namespace.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
@@ -266,4 +267,97 @@ TEST_CASE("everything survives a clean restart; inode numbers are stable and nev
   CHECK(*f.ns->Read(ino, 0, static_cast<uint32_t>(data.size())) == data);
   uint64_t next = f.Create(kRootIno, "new");
   CHECK(next > ino);
+}
+
+TEST_CASE("unlink leaves no orphan record once the data is gone") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "gone");
+  REQUIRE(f.ns->Write(ino, 0, std::string(3u << 20, 'g')).ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "gone").ok());
+  CHECK(f.cte->ListBlobs(ino)->empty());
+  CHECK(f.kv->Scan("o/", "", 0)->empty());
+  CHECK(f.ns->GetAttr(ino).status().code() == Code::kNotFound);
+}
+
+TEST_CASE("a truncation interrupted before its blobs were clipped is finished at start") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "t");
+  REQUIRE(f.ns->Write(ino, 0, std::string(3u << 20, 'q')).ok());
+  // What a crash right after the truncate's first batch leaves: the size and the intent.
+  KvBatch b;
+  std::string key = "x/";
+  AppendBigEndian64(&key, ino);
+  Encoder e;
+  e.Put<uint64_t>(1000);
+  b.Put(key, e.Take());
+  REQUIRE(f.kv->Apply(std::move(b)).ok());
+  f.Restart();
+  CHECK(*f.cte->ListBlobs(ino) == std::vector<uint64_t>{0});
+  std::string out(4096, '?');
+  REQUIRE(f.cte->GetBlob(ino, 0, 0, 4096, out.data()).ok());
+  CHECK(out.substr(0, 1000) == std::string(1000, 'q'));
+  CHECK(out.substr(1000) == std::string(3096, '\0'));
+  CHECK(f.kv->Scan("x/", "", 0)->empty());
+}
+
+TEST_CASE("growing a file reads zeros even where stale bytes lay past the old end") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "g");
+  REQUIRE(f.ns->Write(ino, 0, "abc").ok());
+  // Bytes past EOF that no size covers (what a crash losing a size update leaves).
+  REQUIRE(f.cte->PutBlob(ino, 0, 3, "STALE").ok());
+  SetAttrRequest r;
+  r.valid = kSetSize;
+  r.size = 4096;
+  REQUIRE(f.ns->SetAttr(ino, r).ok());
+  CHECK(*f.ns->Read(ino, 0, 8) == std::string("abc\0\0\0\0\0", 8));
+}
+
+TEST_CASE("a write that fills every tier is a short write and the size matches what was stored") {
+  NsFixture f;  // 16 MiB RAM + 128 MiB file
+  uint64_t ino = f.Create(kRootIno, "huge");
+  std::string data(200u << 20, 'h');
+  auto w = f.ns->Write(ino, 0, data);
+  REQUIRE(w.ok());
+  CHECK(*w > 0);
+  CHECK(*w < data.size());
+  CHECK(f.ns->GetAttr(ino)->size == *w);
+  CHECK(*f.ns->Read(ino, *w - 4, 4) == "hhhh");
+  // Nothing more fits: the next write fails with NoSpace rather than pretending.
+  CHECK(f.ns->Write(ino, *w, std::string(4u << 20, 'x')).status().code() == Code::kNoSpace);
+}
+
+TEST_CASE("renaming a directory over an empty one in the same parent keeps nlink right") {
+  NsFixture f;
+  REQUIRE(f.ns->Mkdir(kRootIno, "a", 0755, 0, 0).ok());
+  REQUIRE(f.ns->Mkdir(kRootIno, "b", 0755, 0, 0).ok());
+  CHECK(f.ns->GetAttr(kRootIno)->nlink == 4);
+  REQUIRE(f.ns->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  CHECK(f.ns->GetAttr(kRootIno)->nlink == 3);
+  CHECK(f.List(kRootIno) == std::vector<std::string>{"b"});
+}
+
+TEST_CASE("readdir pages are never shortened by entries vanishing mid-scan") {
+  NsFixture f;
+  std::vector<uint64_t> inos;
+  for (int i = 0; i < 5; ++i) inos.push_back(f.Create(kRootIno, ("e" + std::to_string(i)).c_str()));
+  // The inode of e2 disappears between a scan and the inode loads.
+  KvBatch b;
+  std::string key = "i/";
+  AppendBigEndian64(&key, inos[2]);
+  b.Delete(key);
+  REQUIRE(f.kv->Apply(std::move(b)).ok());
+  auto page = f.ns->ReadDir(kRootIno, "", 5);
+  REQUIRE(page.ok());
+  CHECK(page->size() == 5);
+}
+
+TEST_CASE("sizes and offsets past the largest file are refused") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "big");
+  SetAttrRequest r;
+  r.valid = kSetSize;
+  r.size = ~0ull;
+  CHECK(f.ns->SetAttr(ino, r).status().code() == Code::kOutOfRange);
+  CHECK(f.ns->Write(ino, ~0ull - 2, "abcd").status().code() == Code::kOutOfRange);
 }

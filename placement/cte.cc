@@ -47,17 +47,21 @@ Result<TierRecord> DecodeTierRecord(std::string_view v) {
   return r;
 }
 
-// Shared with the KV pre-commit hook, which may outlive the Cte object.
-struct SyncTargets {
+}  // namespace
+
+// What the KV store's commit thread may touch of this CTE: the pre-commit hook and deferred
+// frees outlive the Cte object (the store closes after the pools), so they go through this
+// shared state and do nothing once the tiers are closed.
+struct Cte::TierLifetime {
   Mutex mu;
+  bool open GUARDED_BY(mu) = true;
   std::vector<Bdev*> persistent GUARDED_BY(mu);
 };
-
-}  // namespace
 
 Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
   std::unique_ptr<Cte> cte(new Cte(kv, config.flush_interval_ms));
+  cte->lifetime_ = std::make_shared<TierLifetime>();
   KvBatch records;
   for (const TierConfig& tc : config.tiers) {
     BdevConfig bc = tc.bdev;
@@ -87,29 +91,28 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   CLIO_RETURN_IF_ERROR(kv->Apply(std::move(records)));
   CLIO_RETURN_IF_ERROR(cte->Recover());
 
-  auto targets = std::make_shared<SyncTargets>();
   {
-    MutexLock l(&targets->mu);
+    MutexLock l(&cte->lifetime_->mu);
     for (Tier& t : cte->tiers_)
-      if (!t.is_volatile) targets->persistent.push_back(t.bdev.get());
+      if (!t.is_volatile) cte->lifetime_->persistent.push_back(t.bdev.get());
   }
-  // Bytes and allocations reach the disk before the index entries that name them.
-  kv->AddPreCommitHook([targets]() -> Status {
-    MutexLock l(&targets->mu);
-    for (Bdev* b : targets->persistent) CLIO_RETURN_IF_ERROR(b->Sync());
+  // Bytes and allocations reach the disk before the index entries that name them. Once the
+  // tiers are closed no index change may commit: it could name bytes that were never synced.
+  kv->AddPreCommitHook([life = cte->lifetime_]() -> Status {
+    MutexLock l(&life->mu);
+    if (!life->open) return Unavailable("the CTE's tiers are closed; index changes cannot commit");
+    for (Bdev* b : life->persistent) CLIO_RETURN_IF_ERROR(b->Sync());
     return Status::Ok();
   });
-  cte->sync_targets_ = targets;
   cte->flusher_ = std::thread([c = cte.get()] { c->FlusherLoop(); });
   return cte;
 }
 
 Cte::~Cte() {
   (void)Stop();
-  if (auto t = std::static_pointer_cast<SyncTargets>(sync_targets_)) {
-    MutexLock l(&t->mu);
-    t->persistent.clear();
-  }
+  MutexLock l(&lifetime_->mu);  // waits for a running hook or deferred free
+  lifetime_->open = false;
+  lifetime_->persistent.clear();
 }
 
 Status Cte::Recover() {
@@ -176,6 +179,9 @@ Status Cte::Recover() {
   for (Tier& t : tiers_) {
     Status s = t.bdev->Reconcile(referenced[t.bdev->tier_id()]);
     if (!s.ok()) return s.WithContext("reconciling tier '" + t.name + "'");
+    // One record per live extent from here on: the log does not grow across restarts.
+    s = t.bdev->FlushAllocLog();
+    if (!s.ok()) return s.WithContext("compacting the allocator log of tier '" + t.name + "'");
   }
   CLIO_LOG_INFO("blob index: {} entries, {} volatile copies dropped at start", entries, dropped);
   return kv_->Sync();
@@ -285,8 +291,11 @@ void Cte::ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch) {
     if (!t || c.extents.empty()) continue;
     Bdev* b = t->bdev.get();
     // Persistent extents are reused only once the index change that released them is
-    // durable; until then a crash would bring the old entry back, naming them.
-    batch->OnDurable([b, ext = std::move(c.extents)] {
+    // durable; until then a crash would bring the old entry back, naming them. If the tiers
+    // closed first, the next start's reconciliation frees them instead.
+    batch->OnDurable([b, life = lifetime_, ext = std::move(c.extents)] {
+      MutexLock l(&life->mu);
+      if (!life->open) return;
       Status s = b->Free(ext);
       if (!s.ok()) CLIO_LOG_ERROR("freeing released extents: {}", s.ToString());
     });
@@ -297,6 +306,10 @@ Status Cte::DelBlob(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  return RemoveLocked(tag, blob, std::move(e));
+}
+
+Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e) {
   if (e.copies.empty()) return Status::Ok();
   KvBatch batch;
   batch.Delete(BlobKey(tag, blob));
@@ -315,6 +328,7 @@ Status Cte::TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size) {
   if (e.copies.empty() || e.size() <= size) return Status::Ok();
   for (BlobCopy& c : e.copies) c.written.ClipTo(size);
   KvBatch batch;
+  if (e.size() == 0) return RemoveLocked(tag, blob, std::move(e));  // nothing left to keep
   batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
   return kv_->Apply(std::move(batch));
 }
@@ -351,6 +365,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
                            [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
   if (!dirty) return Status::Ok();
   const uint64_t size = e.size();
+  if (size == 0) return RemoveLocked(tag, blob, std::move(e));  // truncated to nothing
   RangeSet all;
   for (const BlobCopy& c : e.copies)
     for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);

@@ -106,7 +106,9 @@ class Cte {
   // Copies a dirty blob to a persistent tier; requires the stripe lock.
   Status FlushBlobLocked(uint64_t tag, uint64_t blob);
   Status FlushOne(uint64_t tag, uint64_t blob);
-  // Adds OnDurable frees for persistent copies, frees volatile copies now.
+  // Deletes the blob's entry and releases its copies; requires the stripe lock.
+  Status RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e);
+  // Adds OnDurable frees for the copies' extents.
   void ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch);
   void MarkDirty(uint64_t tag, uint64_t blob);
   void FlusherLoop();
@@ -123,7 +125,8 @@ class Cte {
   bool stopping_ GUARDED_BY(dirty_mu_) = false;
   CondVar flusher_cv_;
   std::thread flusher_;
-  std::shared_ptr<void> sync_targets_;  // shared with the KV pre-commit hook
+  struct TierLifetime;
+  std::shared_ptr<TierLifetime> lifetime_;  // set first thing in Open()
 };
 
 }  // namespace clio

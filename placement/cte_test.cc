@@ -246,3 +246,43 @@ TEST_CASE("concurrent writers to different blobs and the flusher agree") {
       CHECK(f.Get(static_cast<uint64_t>(t), static_cast<uint64_t>(i), 0, 100000) ==
             Random(100000, static_cast<uint32_t>(t * 100 + i)));
 }
+
+TEST_CASE("a dirty blob truncated to nothing is removed, not left unflushable") {
+  CteFixture f;
+  REQUIRE(f.cte->PutBlob(8, 0, 8192, std::string(4096, 'd')).ok());  // RAM, dirty
+  REQUIRE(f.cte->TruncateBlob(8, 0, 4096).ok());                     // clips every written byte
+  CHECK(f.cte->FlushTag(8).ok());
+  CHECK(f.cte->ListBlobs(8)->empty());
+  CHECK(f.Get(8, 0, 0, 16384) == std::string(16384, '\0'));
+}
+
+TEST_CASE("once the CTE is closed, no index change can commit") {
+  CteFixture f;
+  REQUIRE(f.cte->PutBlob(1, 0, 0, "x").ok());
+  REQUIRE(f.cte->Stop().ok());
+  f.cte.reset();
+  KvBatch b;
+  b.Put(BlobKey(1, 1), "would name unsynced bytes");
+  REQUIRE(f.kv->Apply(std::move(b)).ok());
+  Status s = f.kv->Sync();
+  CHECK(s.code() == Code::kUnavailable);
+  CHECK(s.message().find("tiers are closed") != std::string::npos);
+}
+
+TEST_CASE("the allocator log is compacted at every start") {
+  CteFixture f(1u << 20);
+  std::string log = f.dir + "/tier.dat.alloc_log";
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(f.cte->PutBlob(2, static_cast<uint64_t>(i), 0, Random(50000, static_cast<uint32_t>(round * 100 + i))).ok());
+      REQUIRE(f.cte->FlushTag(2).ok());
+    }
+    f.Close();
+    f.Open();
+  }
+  uint64_t after_three = std::filesystem::file_size(log);
+  f.Close();
+  f.Open();
+  CHECK(std::filesystem::file_size(log) == after_three);  // live set unchanged: same size
+  for (int i = 0; i < 20; ++i) CHECK(f.Get(2, static_cast<uint64_t>(i), 0, 50000) == Random(50000, static_cast<uint32_t>(200 + i)));
+}
