@@ -55,6 +55,13 @@ struct PerfMetrics {
 // Defaults by type, ordered hbm > ram > pinned > everything else.
 PerfMetrics DefaultPerfMetrics(BdevType t);
 
+// Page commit policy for ram and pinned devices (seed key `alloc`).
+enum class AllocPolicy : uint8_t {
+  kAuto,   // commit everything at creation when a capacity was given, else lazily
+  kEager,  // commit the whole capacity at creation
+  kLazy,   // commit populate_unit at a time as allocations advance
+};
+
 struct BdevConfig {
   std::string name;  // file path for kFile; any unique name ("ram::tier1") for memory types
   BdevType type = BdevType::kFile;
@@ -66,6 +73,8 @@ struct BdevConfig {
   std::string alloc_log;                 // file: default "<name>.alloc_log"
   std::optional<Persistence> persistence;  // default: volatile for memory types, temporary for file
   std::optional<PerfMetrics> perf;
+  AllocPolicy alloc = AllocPolicy::kAuto;  // ram, pinned
+  uint32_t io_depth = 32;                  // file: async I/O queue depth per worker
   IoOptions io;
   // Persistent tier id. 0: keep the id found in the device header, or make a new one.
   // Non-zero and different from the header: Open() fails with Corruption naming both ids.
