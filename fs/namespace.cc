@@ -1,88 +1,22 @@
+// Namespace core: open and recovery, lookups, attributes, node creation, listing, opens.
 #include "fs/namespace.h"
 
 #include <linux/fs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <ctime>
 #include <limits>
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "fs/ns_keys.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 
 namespace clio {
-namespace {
 
-constexpr uint8_t kInodeVersion = 1;
-constexpr std::string_view kNextInoKey = "m/next_ino";
+using namespace ns;  // keys and encodings of this module
 
-std::string InodeKey(uint64_t ino) {
-  std::string k = "i/";
-  AppendBigEndian64(&k, ino);
-  return k;
-}
-std::string DentryPrefix(uint64_t parent) {
-  std::string k = "d/";
-  AppendBigEndian64(&k, parent);
-  return k;
-}
-std::string DentryKey(uint64_t parent, std::string_view name) {
-  std::string k = DentryPrefix(parent);
-  k.append(name);
-  return k;
-}
-std::string OrphanKey(uint64_t ino) {
-  std::string k = "o/";
-  AppendBigEndian64(&k, ino);
-  return k;
-}
-// A truncation whose blob changes may not have finished: redone at start.
-std::string TruncateKey(uint64_t ino) {
-  std::string k = "x/";
-  AppendBigEndian64(&k, ino);
-  return k;
-}
-
-std::string EncodeInode(const InodeAttr& a, std::string_view target) {
-  Encoder e;
-  e.Put<uint8_t>(kInodeVersion);
-  EncodeAttr(&e, a);
-  e.PutBytes(target);
-  return e.Take();
-}
-
-Result<InodeAttr> DecodeInode(std::string_view v, std::string* target) {
-  Decoder d(v);
-  uint8_t version = 0;
-  InodeAttr a;
-  std::string t;
-  d.Get(&version);
-  if (!d.failed() && version != kInodeVersion)
-    return Corruption("inode record has unknown format version " + std::to_string(version));
-  DecodeAttr(&d, &a);
-  d.GetString(&t);
-  CLIO_RETURN_IF_ERROR(d.Finish("inode record"));
-  if (target) *target = std::move(t);
-  return a;
-}
-
-std::string EncodeDentry(uint64_t ino, uint32_t mode) {
-  Encoder e;
-  e.Put(ino).Put(mode);
-  return e.Take();
-}
-
-int64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-std::string Hex(uint64_t v) { return std::to_string(v); }
-
-}  // namespace
 
 Status ValidateName(std::string_view name) {
   if (name.empty() || name == "." || name == "..") return InvalidArgument("invalid name '" + std::string(name) + "'");
@@ -142,21 +76,6 @@ Status Namespace::RemoveOrphans() {
   return Status::Ok();
 }
 
-Status Namespace::DeleteFileData(uint64_t ino) {
-  CLIO_RETURN_IF_ERROR(cte_->DelTag(ino));
-  KvBatch b;
-  b.Delete(InodeKey(ino));
-  b.Delete(OrphanKey(ino));
-  b.Delete(TruncateKey(ino));
-  return kv_->Apply(std::move(b));
-}
-
-Status Namespace::FinishTruncate(uint64_t ino, uint64_t size) {
-  CLIO_RETURN_IF_ERROR(ClipData(ino, size));
-  KvBatch b;
-  b.Delete(TruncateKey(ino));
-  return kv_->Apply(std::move(b));
-}
 
 Result<InodeAttr> Namespace::LoadInode(uint64_t ino) {
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
@@ -189,19 +108,6 @@ Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
 }
 
 Result<InodeAttr> Namespace::GetAttr(uint64_t ino) { return LoadInode(ino); }
-
-Status Namespace::ClipData(uint64_t ino, uint64_t new_size) {
-  CLIO_ASSIGN_OR_RETURN(auto blobs, cte_->ListBlobs(ino));
-  for (uint64_t b : blobs) {
-    uint64_t start = b * chunk_size_;
-    if (start >= new_size) {
-      CLIO_RETURN_IF_ERROR(cte_->DelBlob(ino, b));
-    } else if (start + chunk_size_ > new_size) {
-      CLIO_RETURN_IF_ERROR(cte_->TruncateBlob(ino, b, new_size - start));
-    }
-  }
-  return Status::Ok();
-}
 
 Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   MutexLock l(&mu_);
@@ -310,147 +216,6 @@ Result<std::string> Namespace::Readlink(uint64_t ino) {
   return target;
 }
 
-Status Namespace::DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) {
-  *delete_data = false;
-  if (victim.nlink > 0) --victim.nlink;
-  victim.ctime_ns = NowNs();
-  if (victim.nlink > 0) {
-    CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(victim.ino)));
-    std::string target;
-    if (v) (void)DecodeInode(*v, &target);
-    batch->Put(InodeKey(victim.ino), EncodeInode(victim, target));
-    return Status::Ok();
-  }
-  // The last name is gone. The inode becomes an orphan in the same batch, so its data is
-  // deleted even if the runtime stops before DeleteFileData() finishes. A file still open
-  // stays readable until the last Release() (or the next start).
-  batch->Put(InodeKey(victim.ino), EncodeInode(victim, {}));
-  batch->Put(OrphanKey(victim.ino), "");
-  auto it = open_counts_.find(victim.ino);
-  *delete_data = !(it != open_counts_.end() && it->second > 0);
-  return Status::Ok();
-}
-
-Status Namespace::Unlink(uint64_t parent, std::string_view name) {
-  uint64_t drop_data = 0;
-  {
-    MutexLock l(&mu_);
-    CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(parent));
-    CLIO_ASSIGN_OR_RETURN(auto dent, LoadDentry(parent, name));
-    CLIO_ASSIGN_OR_RETURN(InodeAttr victim, LoadInode(dent.first));
-    if (S_ISDIR(victim.mode)) return Status(Code::kIsDirectory, "'" + std::string(name) + "' is a directory");
-    KvBatch b;
-    b.Delete(DentryKey(parent, name));
-    dir.mtime_ns = dir.ctime_ns = NowNs();
-    b.Put(InodeKey(parent), EncodeInode(dir, {}));
-    bool del = false;
-    CLIO_RETURN_IF_ERROR(DropLink(victim, &b, &del));
-    CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
-    if (del) drop_data = victim.ino;
-  }
-  // The name is gone atomically; the data goes after (a crash in between leaves blobs of a
-  // deleted inode, which are unreachable and read by nobody).
-  return drop_data ? DeleteFileData(drop_data) : Status::Ok();
-}
-
-Status Namespace::IsEmptyDir(uint64_t ino) {
-  CLIO_ASSIGN_OR_RETURN(KvPairs one, kv_->Scan(DentryPrefix(ino), "", 1));
-  if (!one.empty()) return Status(Code::kNotEmpty, "directory not empty");
-  return Status::Ok();
-}
-
-Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
-  MutexLock l(&mu_);
-  if (name == ".") return InvalidArgument("cannot remove '.'");
-  if (name == "..") return Status(Code::kNotEmpty, "cannot remove '..'");
-  CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(parent));
-  CLIO_ASSIGN_OR_RETURN(auto dent, LoadDentry(parent, name));
-  CLIO_ASSIGN_OR_RETURN(InodeAttr victim, LoadInode(dent.first));
-  if (!S_ISDIR(victim.mode)) return Status(Code::kNotDirectory, "'" + std::string(name) + "' is not a directory");
-  CLIO_RETURN_IF_ERROR(IsEmptyDir(victim.ino));
-  KvBatch b;
-  b.Delete(DentryKey(parent, name));
-  b.Delete(InodeKey(victim.ino));
-  dir.mtime_ns = dir.ctime_ns = NowNs();
-  if (dir.nlink > 2) --dir.nlink;
-  b.Put(InodeKey(parent), EncodeInode(dir, {}));
-  return kv_->Apply(std::move(b));
-}
-
-Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                         std::string_view new_name, uint32_t flags) {
-  if (flags & RENAME_EXCHANGE) return Status(Code::kNotSupported, "RENAME_EXCHANGE is not supported yet");
-  if (flags & ~static_cast<uint32_t>(RENAME_NOREPLACE)) return InvalidArgument("unknown rename flags");
-  CLIO_RETURN_IF_ERROR(ValidateName(new_name));
-  uint64_t drop_data = 0;
-  {
-    MutexLock l(&mu_);
-    CLIO_ASSIGN_OR_RETURN(InodeAttr src_dir, LoadDir(parent));
-    CLIO_ASSIGN_OR_RETURN(auto dent, LoadDentry(parent, name));
-    CLIO_ASSIGN_OR_RETURN(InodeAttr src, LoadInode(dent.first));
-    if (parent == new_parent && name == new_name) return Status::Ok();
-    // Same directory: one object stands for both, so link-count changes are not lost.
-    InodeAttr other_dir;
-    if (parent != new_parent) {
-      CLIO_ASSIGN_OR_RETURN(other_dir, LoadDir(new_parent));
-    }
-    InodeAttr& dst_dir = parent == new_parent ? src_dir : other_dir;
-    const bool is_dir = S_ISDIR(src.mode);
-    if (is_dir && parent != new_parent) {
-      // A directory may not move under itself.
-      for (uint64_t p = new_parent;; ) {
-        if (p == src.ino) return InvalidArgument("cannot move a directory into itself");
-        if (p == kRootIno) break;
-        CLIO_ASSIGN_OR_RETURN(InodeAttr pa, LoadInode(p));
-        p = pa.parent;
-      }
-    }
-    KvBatch b;
-    int64_t now = NowNs();
-    auto existing = LoadDentry(new_parent, new_name);
-    if (existing.ok()) {
-      if (flags & RENAME_NOREPLACE) return Status(Code::kAlreadyExists, "'" + std::string(new_name) + "' exists");
-      if (existing->first == src.ino) return Status::Ok();  // hard links to one inode: nothing to do
-      CLIO_ASSIGN_OR_RETURN(InodeAttr victim, LoadInode(existing->first));
-      if (S_ISDIR(victim.mode)) {
-        if (!is_dir) return Status(Code::kIsDirectory, "'" + std::string(new_name) + "' is a directory");
-        CLIO_RETURN_IF_ERROR(IsEmptyDir(victim.ino));
-        b.Delete(InodeKey(victim.ino));
-        if (dst_dir.nlink > 2) --dst_dir.nlink;
-      } else {
-        if (is_dir) return Status(Code::kNotDirectory, "'" + std::string(new_name) + "' is not a directory");
-        bool del = false;
-        CLIO_RETURN_IF_ERROR(DropLink(victim, &b, &del));
-        if (del) drop_data = victim.ino;
-      }
-    } else if (existing.status().code() != Code::kNotFound) {
-      return existing.status();
-    }
-    b.Delete(DentryKey(parent, name));
-    b.Put(DentryKey(new_parent, new_name), EncodeDentry(src.ino, src.mode));
-    src.ctime_ns = now;
-    if (is_dir && parent != new_parent) {
-      src.parent = new_parent;
-      if (src_dir.nlink > 2) --src_dir.nlink;
-      ++dst_dir.nlink;
-    }
-    CLIO_ASSIGN_OR_RETURN(auto sv, kv_->Get(InodeKey(src.ino)));
-    std::string target;
-    if (sv) (void)DecodeInode(*sv, &target);
-    b.Put(InodeKey(src.ino), EncodeInode(src, target));
-    src_dir.mtime_ns = src_dir.ctime_ns = now;
-    dst_dir.mtime_ns = dst_dir.ctime_ns = now;
-    if (parent == new_parent) {
-      b.Put(InodeKey(parent), EncodeInode(src_dir, {}));
-    } else {
-      b.Put(InodeKey(parent), EncodeInode(src_dir, {}));
-      b.Put(InodeKey(new_parent), EncodeInode(dst_dir, {}));
-    }
-    CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
-  }
-  return drop_data ? DeleteFileData(drop_data) : Status::Ok();
-}
-
 Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t ino, std::string_view start_after, uint32_t limit) {
   CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(ino));
   (void)dir;
@@ -505,65 +270,6 @@ Status Namespace::Release(uint64_t ino) {
   }
   return drop ? DeleteFileData(ino) : Status::Ok();
 }
-
-Result<std::string> Namespace::Read(uint64_t ino, uint64_t offset, uint32_t len) {
-  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
-  if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "read of a directory");
-  if (offset >= a.size) return std::string();
-  uint64_t n = std::min<uint64_t>(len, a.size - offset);
-  std::string out(n, '\0');
-  uint64_t done = 0;
-  while (done < n) {
-    uint64_t pos = offset + done;
-    uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
-    uint64_t piece = std::min(n - done, chunk_size_ - in);
-    CLIO_RETURN_IF_ERROR(cte_->GetBlob(ino, chunk, in, piece, out.data() + done));
-    done += piece;
-  }
-  return out;
-}
-
-Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_view data) {
-  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
-  if (!S_ISREG(a.mode)) return Status(Code::kIsDirectory, "write to something not a regular file");
-  if (data.empty()) return uint64_t{0};
-  if (offset > kMaxFileSize || data.size() > kMaxFileSize - offset)
-    return Status(Code::kOutOfRange, "write past the largest file size");
-  uint64_t done = 0;
-  Status failed;
-  while (done < data.size()) {
-    uint64_t pos = offset + done;
-    uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
-    uint64_t piece = std::min<uint64_t>(data.size() - done, chunk_size_ - in);
-    failed = cte_->PutBlob(ino, chunk, in, data.substr(done, piece));
-    if (!failed.ok()) break;
-    done += piece;
-  }
-  // A write that stored only a prefix (a tier filled up) is a short write: the size covers
-  // exactly the bytes stored, so nothing unwritten ever becomes visible.
-  if (done == 0) return failed;
-  MutexLock l(&mu_);
-  CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) {
-    // Unlinked and released while this write was in flight: drop what it stored.
-    (void)cte_->DelTag(ino);
-    return NotFound("file was removed during the write");
-  }
-  CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
-  a.size = std::max<uint64_t>(a.size, offset + done);
-  a.mtime_ns = a.ctime_ns = NowNs();
-  KvBatch b;
-  b.Put(InodeKey(ino), EncodeInode(a, {}));
-  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
-  return done;
-}
-
-Status Namespace::Fsync(uint64_t ino) {
-  CLIO_RETURN_IF_ERROR(cte_->FlushTag(ino));
-  return kv_->Sync();
-}
-
-Status Namespace::Flush(uint64_t ino) { return cte_->TakeFlushError(ino); }
 
 FsStatfs Namespace::Statfs() {
   FsStatfs s;

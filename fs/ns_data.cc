@@ -1,0 +1,101 @@
+// File data through the CTE: read, write, truncation, fsync.
+#include "fs/namespace.h"
+
+#include <linux/fs.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <limits>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "fs/ns_keys.h"
+#include "placement/cte.h"
+#include "storage/kv.h"
+
+namespace clio {
+
+using namespace ns;  // keys and encodings of this module
+
+Status Namespace::FinishTruncate(uint64_t ino, uint64_t size) {
+  CLIO_RETURN_IF_ERROR(ClipData(ino, size));
+  KvBatch b;
+  b.Delete(TruncateKey(ino));
+  return kv_->Apply(std::move(b));
+}
+
+
+Status Namespace::ClipData(uint64_t ino, uint64_t new_size) {
+  CLIO_ASSIGN_OR_RETURN(auto blobs, cte_->ListBlobs(ino));
+  for (uint64_t b : blobs) {
+    uint64_t start = b * chunk_size_;
+    if (start >= new_size) {
+      CLIO_RETURN_IF_ERROR(cte_->DelBlob(ino, b));
+    } else if (start + chunk_size_ > new_size) {
+      CLIO_RETURN_IF_ERROR(cte_->TruncateBlob(ino, b, new_size - start));
+    }
+  }
+  return Status::Ok();
+}
+
+
+Result<std::string> Namespace::Read(uint64_t ino, uint64_t offset, uint32_t len) {
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
+  if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "read of a directory");
+  if (offset >= a.size) return std::string();
+  uint64_t n = std::min<uint64_t>(len, a.size - offset);
+  std::string out(n, '\0');
+  uint64_t done = 0;
+  while (done < n) {
+    uint64_t pos = offset + done;
+    uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
+    uint64_t piece = std::min(n - done, chunk_size_ - in);
+    CLIO_RETURN_IF_ERROR(cte_->GetBlob(ino, chunk, in, piece, out.data() + done));
+    done += piece;
+  }
+  return out;
+}
+
+Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_view data) {
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
+  if (!S_ISREG(a.mode)) return Status(Code::kIsDirectory, "write to something not a regular file");
+  if (data.empty()) return uint64_t{0};
+  if (offset > kMaxFileSize || data.size() > kMaxFileSize - offset)
+    return Status(Code::kOutOfRange, "write past the largest file size");
+  uint64_t done = 0;
+  Status failed;
+  while (done < data.size()) {
+    uint64_t pos = offset + done;
+    uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
+    uint64_t piece = std::min<uint64_t>(data.size() - done, chunk_size_ - in);
+    failed = cte_->PutBlob(ino, chunk, in, data.substr(done, piece));
+    if (!failed.ok()) break;
+    done += piece;
+  }
+  // A write that stored only a prefix (a tier filled up) is a short write: the size covers
+  // exactly the bytes stored, so nothing unwritten ever becomes visible.
+  if (done == 0) return failed;
+  MutexLock l(&mu_);
+  CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
+  if (!v) {
+    // Unlinked and released while this write was in flight: drop what it stored.
+    (void)cte_->DelTag(ino);
+    return NotFound("file was removed during the write");
+  }
+  CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
+  a.size = std::max<uint64_t>(a.size, offset + done);
+  a.mtime_ns = a.ctime_ns = NowNs();
+  KvBatch b;
+  b.Put(InodeKey(ino), EncodeInode(a, {}));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  return done;
+}
+
+Status Namespace::Fsync(uint64_t ino) {
+  CLIO_RETURN_IF_ERROR(cte_->FlushTag(ino));
+  return kv_->Sync();
+}
+
+Status Namespace::Flush(uint64_t ino) { return cte_->TakeFlushError(ino); }
+
+}  // namespace clio

@@ -1,0 +1,81 @@
+// Internal to fs/: metadata keys and record encodings of the namespace (docs/namespace.md).
+#pragma once
+
+#include <ctime>
+#include <string>
+#include <string_view>
+
+#include "common/codec.h"
+#include "common/status.h"
+#include "fs/fs_protocol.h"
+
+namespace clio::ns {
+
+constexpr uint8_t kInodeVersion = 1;
+constexpr std::string_view kNextInoKey = "m/next_ino";
+
+inline std::string InodeKey(uint64_t ino) {
+  std::string k = "i/";
+  AppendBigEndian64(&k, ino);
+  return k;
+}
+inline std::string DentryPrefix(uint64_t parent) {
+  std::string k = "d/";
+  AppendBigEndian64(&k, parent);
+  return k;
+}
+inline std::string DentryKey(uint64_t parent, std::string_view name) {
+  std::string k = DentryPrefix(parent);
+  k.append(name);
+  return k;
+}
+inline std::string OrphanKey(uint64_t ino) {
+  std::string k = "o/";
+  AppendBigEndian64(&k, ino);
+  return k;
+}
+// A truncation whose blob changes may not have finished: redone at start.
+inline std::string TruncateKey(uint64_t ino) {
+  std::string k = "x/";
+  AppendBigEndian64(&k, ino);
+  return k;
+}
+
+inline std::string EncodeInode(const InodeAttr& a, std::string_view target) {
+  Encoder e;
+  e.Put<uint8_t>(kInodeVersion);
+  EncodeAttr(&e, a);
+  e.PutBytes(target);
+  return e.Take();
+}
+
+inline Result<InodeAttr> DecodeInode(std::string_view v, std::string* target) {
+  Decoder d(v);
+  uint8_t version = 0;
+  InodeAttr a;
+  std::string t;
+  d.Get(&version);
+  if (!d.failed() && version != kInodeVersion)
+    return Corruption("inode record has unknown format version " + std::to_string(version));
+  DecodeAttr(&d, &a);
+  d.GetString(&t);
+  CLIO_RETURN_IF_ERROR(d.Finish("inode record"));
+  if (target) *target = std::move(t);
+  return a;
+}
+
+inline std::string EncodeDentry(uint64_t ino, uint32_t mode) {
+  Encoder e;
+  e.Put(ino).Put(mode);
+  return e.Take();
+}
+
+inline int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+inline std::string Hex(uint64_t v) { return std::to_string(v); }
+
+}  // namespace clio::ns
