@@ -47,6 +47,17 @@ TEST_CASE("Status from errno keeps context and maps codes") {
   CHECK(s.WithContext("tier t").message().rfind("tier t: ", 0) == 0);
 }
 
+TEST_CASE("every status code has a name in the one table") {
+  for (int i = 0; i < static_cast<int>(Code::kCount); ++i) {
+    CAPTURE(i);
+    CHECK_FALSE(CodeName(static_cast<Code>(i)).empty());
+    CHECK(CodeName(static_cast<Code>(i)) != "Unknown");
+  }
+  CHECK(CodeName(Code::kInternal) == "Internal");
+  CHECK(Status::FromErrno(EPERM, "x").code() == Code::kNotPermitted);
+  CHECK(Status::FromErrno(ENODATA, "x").code() == Code::kNoData);
+}
+
 TEST_CASE("Codec round trip and truncation") {
   Encoder e;
   e.Put<uint32_t>(7).Put<uint64_t>(1ull << 40).PutBytes("hello").Put<double>(0.5);

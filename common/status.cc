@@ -12,7 +12,8 @@ constexpr std::array<std::string_view, static_cast<size_t>(Code::kCount)> kStatu
     "Ok",           "InvalidArgument",  "NotFound",    "AlreadyExists", "NoSpace",
     "IoError",      "Corruption",       "NotDirectory", "IsDirectory",  "NotEmpty",
     "PermissionDenied", "Unavailable",  "Busy",        "NotSupported",  "OutOfRange",
-    "ConfigError",  "NameTooLong",      "Internal",
+    "ConfigError",  "NameTooLong",      "NoData",      "NotPermitted",  "NoSuchOffset",
+    "RangeError",   "Internal",
 };
 
 Code CodeFromErrno(int err) {
@@ -24,7 +25,11 @@ Code CodeFromErrno(int err) {
     case ENOTDIR: return Code::kNotDirectory;
     case EISDIR: return Code::kIsDirectory;
     case ENOTEMPTY: return Code::kNotEmpty;
-    case EACCES: case EPERM: case EROFS: return Code::kPermissionDenied;
+    case EACCES: case EROFS: return Code::kPermissionDenied;
+    case EPERM: return Code::kNotPermitted;
+    case ENODATA: return Code::kNoData;
+    case ENXIO: return Code::kNoSuchOffset;
+    case ERANGE: return Code::kRangeError;
     case EINVAL: return Code::kInvalidArgument;
     case EBUSY: return Code::kBusy;
     case ENOSYS: case EOPNOTSUPP: return Code::kNotSupported;

@@ -31,6 +31,10 @@ enum class Code : uint16_t {
   kOutOfRange,        // offset or size past a bound
   kConfigError,       // bad configuration (exit status 2)
   kNameTooLong,       // ENAMETOOLONG
+  kNoData,            // no such extended attribute (ENODATA)
+  kNotPermitted,      // the operation is not allowed on this object (EPERM)
+  kNoSuchOffset,      // SEEK_DATA/SEEK_HOLE past the data (ENXIO)
+  kRangeError,        // a caller's buffer is too small (ERANGE)
   kInternal,          // a bug: an invariant did not hold
   kCount
 };

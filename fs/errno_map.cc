@@ -23,6 +23,10 @@ int ToErrno(const Status& s) {
     case Code::kOutOfRange: return EFBIG;
     case Code::kConfigError: return EINVAL;
     case Code::kNameTooLong: return ENAMETOOLONG;
+    case Code::kNoData: return ENODATA;
+    case Code::kNotPermitted: return EPERM;
+    case Code::kNoSuchOffset: return ENXIO;
+    case Code::kRangeError: return ERANGE;
     case Code::kInternal: return EIO;
     case Code::kCount: break;
   }

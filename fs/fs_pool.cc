@@ -132,6 +132,38 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       e.Put<uint32_t>(static_cast<uint32_t>(written));
       return e.Take();
     }
+    case FsMethod::kLink:
+      d.Get(&ino); d.Get(&new_parent); d.GetBytes(&new_name);
+      CLIO_RETURN_IF_ERROR(done("link"));
+      return AttrReply(ns_->Link(ino, new_parent, new_name));
+    case FsMethod::kMknod: {
+      uint64_t rdev = 0;
+      d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&rdev); d.Get(&uid); d.Get(&gid);
+      CLIO_RETURN_IF_ERROR(done("mknod"));
+      return AttrReply(ns_->Mknod(parent, name, mode, rdev, uid, gid));
+    }
+    case FsMethod::kSetXattr:
+      d.Get(&ino); d.GetBytes(&name); d.GetBytes(&data); d.Get(&flags);
+      CLIO_RETURN_IF_ERROR(done("setxattr"));
+      return Empty(ns_->SetXattr(ino, name, data, flags));
+    case FsMethod::kGetXattr:
+      d.Get(&ino); d.GetBytes(&name);
+      CLIO_RETURN_IF_ERROR(done("getxattr"));
+      return ns_->GetXattr(ino, name);
+    case FsMethod::kListXattr:
+      d.Get(&ino);
+      CLIO_RETURN_IF_ERROR(done("listxattr"));
+      return ns_->ListXattr(ino);
+    case FsMethod::kRemoveXattr:
+      d.Get(&ino); d.GetBytes(&name);
+      CLIO_RETURN_IF_ERROR(done("removexattr"));
+      return Empty(ns_->RemoveXattr(ino, name));
+    case FsMethod::kFallocate: {
+      uint64_t length = 0;
+      d.Get(&ino); d.Get(&mode); d.Get(&offset); d.Get(&length);
+      CLIO_RETURN_IF_ERROR(done("fallocate"));
+      return Empty(ns_->Fallocate(ino, mode, offset, length));
+    }
     case FsMethod::kStatfs: {
       CLIO_RETURN_IF_ERROR(done("statfs"));
       Encoder e;

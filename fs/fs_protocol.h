@@ -14,6 +14,8 @@ namespace clio {
 inline constexpr uint64_t kRootIno = 1;
 inline constexpr size_t kMaxNameLen = 255;
 inline constexpr size_t kMaxSymlinkLen = 4095;
+inline constexpr size_t kMaxXattrNameLen = 255;
+inline constexpr size_t kMaxXattrValueLen = 64 * 1024;  // like ext4's limit per value
 
 struct InodeAttr {
   uint64_t ino = 0;
@@ -26,6 +28,7 @@ struct InodeAttr {
   int64_t mtime_ns = 0;
   int64_t ctime_ns = 0;
   uint64_t parent = 0;  // directories: the parent directory (for rename cycle checks)
+  uint64_t rdev = 0;    // device number of character and block special files
 };
 
 struct DirEntry {
@@ -83,6 +86,13 @@ enum class FsMethod : uint32_t {
   kFsync,
   kFlush,
   kStatfs,
+  kLink,
+  kMknod,
+  kSetXattr,
+  kGetXattr,
+  kListXattr,
+  kRemoveXattr,
+  kFallocate,
 };
 
 // Methods whose effect changes if applied twice; the client never resends them blindly.
@@ -90,7 +100,8 @@ inline bool IsIdempotent(FsMethod m) {
   switch (m) {
     case FsMethod::kCreate: case FsMethod::kMkdir: case FsMethod::kSymlink:
     case FsMethod::kUnlink: case FsMethod::kRmdir: case FsMethod::kRename:
-    case FsMethod::kOpen: case FsMethod::kRelease:
+    case FsMethod::kOpen: case FsMethod::kRelease: case FsMethod::kLink:
+    case FsMethod::kMknod: case FsMethod::kSetXattr: case FsMethod::kRemoveXattr:
       return false;
     default:
       return true;

@@ -29,7 +29,13 @@
 namespace clio {
 namespace {
 
-constexpr double kAttrTimeout = 1.0;
+// Kernel cache lifetimes in seconds: -o attr_timeout=, entry_timeout=, negative_timeout=.
+struct Timeouts {
+  double attr = 1.0;
+  double entry = 1.0;
+  double negative = 1.0;
+};
+Timeouts g_timeouts;  // set once in Main() before the session starts
 constexpr uint32_t kReadDirPage = 1024;
 
 struct FuseState {
@@ -52,6 +58,7 @@ struct stat ToStat(const InodeAttr& a) {
   st.st_uid = a.uid;
   st.st_gid = a.gid;
   st.st_size = static_cast<off_t>(a.size);
+  st.st_rdev = static_cast<dev_t>(a.rdev);
   st.st_blksize = 4096;
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
   st.st_atim = {a.atime_ns / 1000000000, a.atime_ns % 1000000000};
@@ -65,8 +72,8 @@ fuse_entry_param ToEntry(const InodeAttr& a) {
   e.ino = a.ino;
   e.generation = 1;
   e.attr = ToStat(a);
-  e.attr_timeout = kAttrTimeout;
-  e.entry_timeout = kAttrTimeout;
+  e.attr_timeout = g_timeouts.attr;
+  e.entry_timeout = g_timeouts.entry;
   return e;
 }
 
@@ -90,7 +97,7 @@ void ReplyAttr(fuse_req_t req, const Result<std::string>& r) {
   InodeAttr a;
   if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
   struct stat st = ToStat(a);
-  fuse_reply_attr(req, &st, kAttrTimeout);
+  fuse_reply_attr(req, &st, g_timeouts.attr);
 }
 
 void ReplyStatus(fuse_req_t req, const Result<std::string>& r) {
@@ -106,7 +113,15 @@ void OpInit(void*, fuse_conn_info* conn) {
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name);
-  ReplyEntry(req, Call(req, FsMethod::kLookup, e));
+  auto r = Call(req, FsMethod::kLookup, e);
+  if (!r.ok() && r.status().code() == Code::kNotFound && g_timeouts.negative > 0) {
+    // A name that does not exist is cached as absent (ino 0) for the negative timeout: this
+    // mount is the namespace's only writer, so a create here invalidates it.
+    fuse_entry_param neg{};
+    neg.entry_timeout = g_timeouts.negative;
+    return (void)fuse_reply_entry(req, &neg);
+  }
+  ReplyEntry(req, r);
 }
 
 // Inode numbers are stable ids kept by the runtime; the kernel's lookup counts need no
@@ -322,6 +337,60 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint64_t>(newparent).PutBytes(newname);
+  ReplyEntry(req, Call(req, FsMethod::kLink, e));
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777))
+      .Put<uint64_t>(rdev).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  ReplyEntry(req, Call(req, FsMethod::kMknod, e));
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
+  ReplyStatus(req, Call(req, FsMethod::kSetXattr, e));
+}
+
+// getxattr/listxattr: size 0 asks for the length; a buffer too small is ERANGE.
+void ReplyXattr(fuse_req_t req, const Result<std::string>& r, size_t size) {
+  if (!r.ok()) return ReplyErr(req, r.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, r->size());
+  if (r->size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, r->data(), r->size());
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(name);
+  ReplyXattr(req, Call(req, FsMethod::kGetXattr, e), size);
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  ReplyXattr(req, Call(req, FsMethod::kListXattr, e), size);
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(name);
+  ReplyStatus(req, Call(req, FsMethod::kRemoveXattr, e));
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, fuse_file_info*) {
+  if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(mode)).Put<uint64_t>(static_cast<uint64_t>(offset))
+      .Put<uint64_t>(static_cast<uint64_t>(length));
+  ReplyStatus(req, Call(req, FsMethod::kFallocate, e));
+}
+
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
   Encoder e;
   auto r = Call(req, FsMethod::kStatfs, e);
@@ -365,6 +434,15 @@ fuse_lowlevel_ops MakeOps() {
   ops.fsyncdir = OpFsyncdir;
   ops.statfs = OpStatfs;
   ops.create = OpCreate;
+  ops.link = OpLink;
+  ops.mknod = OpMknod;
+  ops.setxattr = OpSetxattr;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.removexattr = OpRemovexattr;
+  ops.fallocate = OpFallocate;
+  // No lseek: with the writeback cache the kernel holds dirty pages the runtime has not
+  // seen, so only the kernel's generic SEEK_DATA/SEEK_HOLE (all data, hole at EOF) is right.
   return ops;
 }
 
@@ -388,6 +466,7 @@ int Usage(const char* msg) {
                "usage: clio-fuse MOUNTPOINT [-f|--foreground] [-o OPT[,OPT...]] [-d]\n"
                "  Mounts the CLIO filesystem served by the runtime (CLIO_CONF names its config).\n"
                "  -o allow_other   let other users in (default: only the mounting user)\n"
+               "  -o attr_timeout=S,entry_timeout=S,negative_timeout=S   kernel cache lifetimes (1 s)\n"
                "  Unmount with: fusermount3 -u MOUNTPOINT\n");
   return 2;
 }
@@ -409,6 +488,31 @@ int Main(int argc, char** argv) {
     else return Usage("more than one mount point given");
   }
   if (mountpoint.empty()) return Usage("no mount point given");
+  // Our own -o keys are taken out; the rest go to libfuse.
+  {
+    std::string rest;
+    size_t pos = 0;
+    while (pos <= opts.size()) {
+      size_t comma = opts.find(',', pos);
+      std::string o = opts.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      pos = comma == std::string::npos ? opts.size() + 1 : comma + 1;
+      double* target = nullptr;
+      std::string key = o.substr(0, o.find('='));
+      if (key == "attr_timeout") target = &g_timeouts.attr;
+      if (key == "entry_timeout") target = &g_timeouts.entry;
+      if (key == "negative_timeout") target = &g_timeouts.negative;
+      if (!target) {
+        if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
+        continue;
+      }
+      char* end = nullptr;
+      std::string val = o.find('=') == std::string::npos ? "" : o.substr(o.find('=') + 1);
+      *target = std::strtod(val.c_str(), &end);
+      if (val.empty() || *end || *target < 0 || *target > 86400)
+        return Usage(("bad value in -o " + o + " (seconds, 0 to 86400)").c_str());
+    }
+    opts = rest;
+  }
 
   char real[PATH_MAX];
   struct stat st {};

@@ -153,7 +153,8 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
 }
 
 Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, uint32_t mode,
-                                      uint32_t uid, uint32_t gid, std::string_view target) {
+                                      uint32_t uid, uint32_t gid, std::string_view target,
+                                      uint64_t rdev) {
   CLIO_RETURN_IF_ERROR(ValidateName(name));
   CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(parent));
   if (dir.nlink == 0) return NotFound("directory was removed");
@@ -170,6 +171,7 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   a.size = S_ISLNK(mode) ? target.size() : 0;
   a.atime_ns = a.mtime_ns = a.ctime_ns = now;
   a.parent = parent;
+  a.rdev = rdev;
   dir.mtime_ns = dir.ctime_ns = now;
   if (S_ISDIR(mode)) ++dir.nlink;
   KvBatch b;
@@ -205,6 +207,22 @@ Result<InodeAttr> Namespace::Symlink(uint64_t parent, std::string_view name, std
     return InvalidArgument("symlink target must be 1 to 4095 bytes");
   MutexLock l(&mu_);
   return MakeNode(parent, name, S_IFLNK | 0777, uid, gid, target);
+}
+
+Result<InodeAttr> Namespace::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
+                                   uint64_t rdev, uint32_t uid, uint32_t gid) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: case S_IFIFO: case S_IFSOCK: case S_IFCHR: case S_IFBLK:
+      break;
+    case 0:
+      mode |= S_IFREG;  // mknod(2): a zero type means a regular file
+      break;
+    default:
+      return InvalidArgument("mknod of an unsupported file type");
+  }
+  MutexLock l(&mu_);
+  bool device = S_ISCHR(mode) || S_ISBLK(mode);
+  return MakeNode(parent, name, (mode & S_IFMT) | (mode & 07777), uid, gid, {}, device ? rdev : 0);
 }
 
 Result<std::string> Namespace::Readlink(uint64_t ino) {

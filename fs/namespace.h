@@ -43,9 +43,14 @@ class Namespace {
   Result<InodeAttr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
                             uint32_t uid, uint32_t gid);
   Result<std::string> Readlink(uint64_t ino);
+  // Regular files, FIFOs, sockets and device nodes (mode carries the type).
+  Result<InodeAttr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                          uint32_t uid, uint32_t gid);
+  // A new name for a non-directory inode; NotPermitted for directories.
+  Result<InodeAttr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   Status Unlink(uint64_t parent, std::string_view name);
   Status Rmdir(uint64_t parent, std::string_view name);
-  // flags: RENAME_NOREPLACE supported; RENAME_EXCHANGE is NotSupported.
+  // flags: RENAME_NOREPLACE, RENAME_EXCHANGE (atomically swaps two existing names).
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, uint32_t flags);
   // Entries after `start_after` in name order, at most `limit` (0 = all).
@@ -62,6 +67,16 @@ class Namespace {
   Status Flush(uint64_t ino);
   FsStatfs Statfs();
 
+  // Extended attributes (ns_xattr.cc). flags: XATTR_CREATE, XATTR_REPLACE.
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, uint32_t flags);
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name);  // NoData when absent
+  Result<std::string> ListXattr(uint64_t ino);  // names, each followed by a NUL
+  Status RemoveXattr(uint64_t ino, std::string_view name);
+
+  // mode 0 (extend the size), FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | KEEP_SIZE.
+  Status Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64_t len);
+
+
   uint64_t chunk_size() const { return chunk_size_; }
 
  private:
@@ -75,7 +90,11 @@ class Namespace {
   Result<InodeAttr> LoadDir(uint64_t ino);
   Result<std::pair<uint64_t, uint32_t>> LoadDentry(uint64_t parent, std::string_view name);
   Result<InodeAttr> MakeNode(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
-                             uint32_t gid, std::string_view symlink_target) REQUIRES(mu_);
+                             uint32_t gid, std::string_view symlink_target, uint64_t rdev = 0) REQUIRES(mu_);
+  Status Exchange(uint64_t parent, std::string_view name, uint64_t new_parent,
+                  std::string_view new_name) REQUIRES(mu_);
+  // Adds deletes of every extended attribute of `ino` to `batch`.
+  Status DeleteXattrs(uint64_t ino, KvBatch* batch);
   // Drops one link of `victim` (already loaded) inside `batch`; frees data when it was the last
   // link and the file is not open.
   Status DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) REQUIRES(mu_);

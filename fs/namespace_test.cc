@@ -1,7 +1,10 @@
 #include <doctest/doctest.h>
 
 #include <linux/fs.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -360,4 +363,94 @@ TEST_CASE("sizes and offsets past the largest file are refused") {
   r.size = ~0ull;
   CHECK(f.ns->SetAttr(ino, r).status().code() == Code::kOutOfRange);
   CHECK(f.ns->Write(ino, ~0ull - 2, "abcd").status().code() == Code::kOutOfRange);
+}
+
+TEST_CASE("hard links share the inode; the data lives until the last name goes") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "orig");
+  REQUIRE(f.ns->Write(ino, 0, "shared").ok());
+  auto d = f.ns->Mkdir(kRootIno, "d", 0755, 0, 0);
+  auto l = f.ns->Link(ino, d->ino, "alias");
+  REQUIRE(l.ok());
+  CHECK(l->nlink == 2);
+  CHECK(f.ns->Lookup(d->ino, "alias")->ino == ino);
+  CHECK(f.ns->Link(ino, kRootIno, "orig").status().code() == Code::kAlreadyExists);
+  CHECK(f.ns->Link(d->ino, kRootIno, "dirlink").status().code() == Code::kNotPermitted);
+  REQUIRE(f.ns->Unlink(kRootIno, "orig").ok());
+  CHECK(f.ns->GetAttr(ino)->nlink == 1);
+  CHECK(*f.ns->Read(ino, 0, 6) == "shared");
+  REQUIRE(f.ns->Unlink(d->ino, "alias").ok());
+  CHECK(f.ns->GetAttr(ino).status().code() == Code::kNotFound);
+  CHECK(f.cte->ListBlobs(ino)->empty());
+}
+
+TEST_CASE("mknod makes FIFOs and device nodes") {
+  NsFixture f;
+  auto fifo = f.ns->Mknod(kRootIno, "pipe", S_IFIFO | 0640, 0, 0, 0);
+  REQUIRE(fifo.ok());
+  CHECK(S_ISFIFO(fifo->mode));
+  auto chr = f.ns->Mknod(kRootIno, "null", S_IFCHR | 0666, makedev(1, 3), 0, 0);
+  REQUIRE(chr.ok());
+  CHECK(chr->rdev == makedev(1, 3));
+  CHECK(f.ns->Mknod(kRootIno, "dir", S_IFDIR | 0755, 0, 0, 0).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("extended attributes: create, replace, get, list, remove, and they die with the file") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "x");
+  REQUIRE(f.ns->SetXattr(ino, "user.a", "1", 0).ok());
+  CHECK(f.ns->SetXattr(ino, "user.a", "2", XATTR_CREATE).code() == Code::kAlreadyExists);
+  CHECK(f.ns->SetXattr(ino, "user.b", "2", XATTR_REPLACE).code() == Code::kNoData);
+  REQUIRE(f.ns->SetXattr(ino, "user.a", "one", XATTR_REPLACE).ok());
+  REQUIRE(f.ns->SetXattr(ino, "user.b", std::string("bin\0ary", 7), XATTR_CREATE).ok());
+  CHECK(*f.ns->GetXattr(ino, "user.a") == "one");
+  CHECK(*f.ns->GetXattr(ino, "user.b") == std::string("bin\0ary", 7));
+  CHECK(f.ns->GetXattr(ino, "user.c").status().code() == Code::kNoData);
+  CHECK(*f.ns->ListXattr(ino) == std::string("user.a\0user.b\0", 14));
+  CHECK(f.ns->SetXattr(ino, std::string(256, 'n'), "v", 0).code() == Code::kRangeError);
+  CHECK(f.ns->SetXattr(ino, "user.big", std::string(65537, 'v'), 0).code() == Code::kNoSpace);
+  REQUIRE(f.ns->RemoveXattr(ino, "user.a").ok());
+  CHECK(f.ns->RemoveXattr(ino, "user.a").code() == Code::kNoData);
+  REQUIRE(f.ns->Unlink(kRootIno, "x").ok());
+  CHECK(f.kv->Scan("a/", "", 0)->empty());
+}
+
+TEST_CASE("RENAME_EXCHANGE swaps two names atomically, across directories too") {
+  NsFixture f;
+  auto a = f.ns->Mkdir(kRootIno, "a", 0755, 0, 0);
+  uint64_t file = f.Create(kRootIno, "file");
+  auto sub = f.ns->Mkdir(a->ino, "sub", 0755, 0, 0);
+  REQUIRE(f.ns->Rename(kRootIno, "file", a->ino, "sub", RENAME_EXCHANGE).ok());
+  CHECK(f.ns->Lookup(kRootIno, "file")->ino == sub->ino);
+  CHECK(f.ns->Lookup(a->ino, "sub")->ino == file);
+  CHECK(f.ns->GetAttr(sub->ino)->parent == kRootIno);
+  CHECK(f.ns->GetAttr(a->ino)->nlink == 2);         // lost the subdirectory
+  CHECK(f.ns->GetAttr(kRootIno)->nlink == 4);       // a and the moved directory
+  CHECK(f.ns->Rename(kRootIno, "file", a->ino, "nope", RENAME_EXCHANGE).code() == Code::kNotFound);
+  // A directory may not be swapped under itself.
+  auto inner = f.ns->Mkdir(sub->ino, "inner", 0755, 0, 0);
+  REQUIRE(inner.ok());
+  CHECK(f.ns->Rename(kRootIno, "file", sub->ino, "inner", RENAME_EXCHANGE).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("fallocate extends, keeps size and punches holes that cost nothing") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "fa");
+  REQUIRE(f.ns->Fallocate(ino, 0, 0, 4096).ok());
+  CHECK(f.ns->GetAttr(ino)->size == 4096);
+  REQUIRE(f.ns->Fallocate(ino, FALLOC_FL_KEEP_SIZE, 0, 1u << 20).ok());
+  CHECK(f.ns->GetAttr(ino)->size == 4096);
+  // Data at [0, 3 MiB), then punch [1 MiB, 2 MiB + 20): chunk 1 whole, the head of chunk 2.
+  REQUIRE(f.ns->Write(ino, 0, std::string(3u << 20, 'd')).ok());
+  REQUIRE(f.ns->Fallocate(ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1u << 20, (1u << 20) + 20).ok());
+  CHECK(f.ns->GetAttr(ino)->size == (3u << 20));
+  CHECK(*f.ns->Read(ino, (1u << 20) - 5, 10) == std::string("ddddd\0\0\0\0\0", 10));
+  CHECK(*f.ns->Read(ino, (2u << 20) + 15, 10) == std::string("\0\0\0\0\0ddddd", 10));
+  // The punched whole chunk holds no blob at all; the edge keeps only its data.
+  CHECK(*f.cte->ListBlobs(ino) == std::vector<uint64_t>{0, 2});
+  auto r2 = f.cte->BlobRanges(ino, 2);
+  REQUIRE(r2.ok());
+  CHECK(r2->ranges() == std::vector<RangeSet::Range>{{20, 1u << 20}});
+  CHECK(f.ns->Fallocate(ino, FALLOC_FL_PUNCH_HOLE, 0, 10).code() == Code::kInvalidArgument);
+  CHECK(f.ns->Fallocate(ino, FALLOC_FL_COLLAPSE_RANGE, 0, 4096).code() == Code::kNotSupported);
 }

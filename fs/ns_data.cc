@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <linux/falloc.h>
+
 #include <limits>
 
 #include "common/codec.h"
 #include "common/log.h"
 #include "fs/ns_keys.h"
+#include "placement/blob_index.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 
@@ -97,5 +101,47 @@ Status Namespace::Fsync(uint64_t ino) {
 }
 
 Status Namespace::Flush(uint64_t ino) { return cte_->TakeFlushError(ino); }
+
+Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64_t len) {
+  if (len == 0) return InvalidArgument("fallocate of zero bytes");
+  if (offset > kMaxFileSize || len > kMaxFileSize - offset)
+    return Status(Code::kOutOfRange, "fallocate past the largest file size");
+  const bool keep = mode & FALLOC_FL_KEEP_SIZE;
+  const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
+  if (mode & ~static_cast<uint32_t>(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
+    return Status(Code::kNotSupported, "fallocate mode not supported (only default, KEEP_SIZE, PUNCH_HOLE)");
+  if (punch && !keep) return InvalidArgument("PUNCH_HOLE needs KEEP_SIZE");
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
+  if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "fallocate on a directory");
+  if (!S_ISREG(a.mode)) return Status(Code::kNoSuchOffset, "fallocate on a special file");
+  if (punch) {
+    // Whole chunks inside the hole lose their blobs; the edges are clipped.
+    uint64_t end = std::min(offset + len, a.size);
+    for (uint64_t pos = offset; pos < end;) {
+      uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
+      uint64_t piece = std::min(end - pos, chunk_size_ - in);
+      CLIO_RETURN_IF_ERROR(piece == chunk_size_ ? cte_->DelBlob(ino, chunk)
+                                                : cte_->PunchBlob(ino, chunk, in, piece));
+      pos += piece;
+    }
+  }
+  // Tiers are not reserved ahead of writes yet, so the default mode only extends the size:
+  // a later write can still meet ENOSPC (documented in fs/README.md).
+  if (keep || offset + len <= a.size) {
+    if (!punch) return Status::Ok();
+    MutexLock l(&mu_);
+    CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
+    if (!v) return NotFound("file was removed");
+    CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
+    a.mtime_ns = a.ctime_ns = NowNs();
+    KvBatch b;
+    b.Put(InodeKey(ino), EncodeInode(a, {}));
+    return kv_->Apply(std::move(b));
+  }
+  SetAttrRequest grow;
+  grow.valid = kSetSize;
+  grow.size = offset + len;
+  return SetAttr(ino, grow).status();
+}
 
 }  // namespace clio

@@ -333,6 +333,30 @@ Status Cte::TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size) {
   return kv_->Apply(std::move(batch));
 }
 
+Status Cte::PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len) {
+  if (len == 0) return Status::Ok();
+  const uint64_t end = offset + len < offset ? UINT64_MAX : offset + len;
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  if (e.copies.empty()) return Status::Ok();
+  for (BlobCopy& c : e.copies) c.written.Subtract(offset, end);
+  if (e.size() == 0) return RemoveLocked(tag, blob, std::move(e));
+  KvBatch batch;
+  batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
+  return kv_->Apply(std::move(batch));
+}
+
+Result<RangeSet> Cte::BlobRanges(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  RangeSet all;
+  for (const BlobCopy& c : e.copies)
+    for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
+  return all;
+}
+
 Result<std::vector<uint64_t>> Cte::ListBlobs(uint64_t tag) {
   std::vector<uint64_t> out;
   std::string prefix = BlobTagPrefix(tag), after;

@@ -64,6 +64,11 @@ class Cte {
   Status DelBlob(uint64_t tag, uint64_t blob);
   // Forgets bytes at and beyond `size` (they read as zeros if the blob grows again).
   Status TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size);
+  // Forgets [offset, offset+len) of the blob: it reads as zeros and costs nothing once no
+  // copy holds data (a punched hole).
+  Status PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len);
+  // Byte ranges of the blob that hold written data, over all its copies.
+  Result<RangeSet> BlobRanges(uint64_t tag, uint64_t blob);
   // Blob ids of a tag, ascending.
   Result<std::vector<uint64_t>> ListBlobs(uint64_t tag);
   // Removes every blob of the tag.

@@ -1,4 +1,4 @@
-// Namespace operations that remove or move names: unlink, rmdir, rename, and file deletion.
+// Namespace operations on names: link, unlink, rmdir, rename (with exchange), file deletion.
 #include "fs/namespace.h"
 
 #include <linux/fs.h>
@@ -20,6 +20,7 @@ using namespace ns;  // keys and encodings of this module
 Status Namespace::DeleteFileData(uint64_t ino) {
   CLIO_RETURN_IF_ERROR(cte_->DelTag(ino));
   KvBatch b;
+  CLIO_RETURN_IF_ERROR(DeleteXattrs(ino, &b));
   b.Delete(InodeKey(ino));
   b.Delete(OrphanKey(ino));
   b.Delete(TruncateKey(ino));
@@ -88,6 +89,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   KvBatch b;
   b.Delete(DentryKey(parent, name));
   b.Delete(InodeKey(victim.ino));
+  CLIO_RETURN_IF_ERROR(DeleteXattrs(victim.ino, &b));
   dir.mtime_ns = dir.ctime_ns = NowNs();
   if (dir.nlink > 2) --dir.nlink;
   b.Put(InodeKey(parent), EncodeInode(dir, {}));
@@ -96,9 +98,13 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
 
 Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, uint32_t flags) {
-  if (flags & RENAME_EXCHANGE) return Status(Code::kNotSupported, "RENAME_EXCHANGE is not supported yet");
-  if (flags & ~static_cast<uint32_t>(RENAME_NOREPLACE)) return InvalidArgument("unknown rename flags");
+  if (flags & ~static_cast<uint32_t>(RENAME_NOREPLACE | RENAME_EXCHANGE)) return InvalidArgument("unknown rename flags");
+  if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return InvalidArgument("NOREPLACE with EXCHANGE");
   CLIO_RETURN_IF_ERROR(ValidateName(new_name));
+  if (flags & RENAME_EXCHANGE) {
+    MutexLock l(&mu_);
+    return Exchange(parent, name, new_parent, new_name);
+  }
   uint64_t drop_data = 0;
   {
     MutexLock l(&mu_);
@@ -133,6 +139,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
         if (!is_dir) return Status(Code::kIsDirectory, "'" + std::string(new_name) + "' is a directory");
         CLIO_RETURN_IF_ERROR(IsEmptyDir(victim.ino));
         b.Delete(InodeKey(victim.ino));
+        CLIO_RETURN_IF_ERROR(DeleteXattrs(victim.ino, &b));
         if (dst_dir.nlink > 2) --dst_dir.nlink;
       } else {
         if (is_dir) return Status(Code::kNotDirectory, "'" + std::string(new_name) + "' is not a directory");
@@ -166,6 +173,89 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
   }
   return drop_data ? DeleteFileData(drop_data) : Status::Ok();
+}
+
+Status Namespace::Exchange(uint64_t parent, std::string_view name, uint64_t new_parent,
+                           std::string_view new_name) {
+  CLIO_ASSIGN_OR_RETURN(InodeAttr dir_a, LoadDir(parent));
+  CLIO_ASSIGN_OR_RETURN(auto da, LoadDentry(parent, name));
+  CLIO_ASSIGN_OR_RETURN(auto db, LoadDentry(new_parent, new_name));
+  if (da.first == db.first) return Status::Ok();
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(da.first));
+  CLIO_ASSIGN_OR_RETURN(InodeAttr b, LoadInode(db.first));
+  InodeAttr other;
+  if (parent != new_parent) {
+    CLIO_ASSIGN_OR_RETURN(other, LoadDir(new_parent));
+  }
+  InodeAttr& dir_b = parent == new_parent ? dir_a : other;
+  // Neither directory may end up inside itself.
+  auto under = [&](uint64_t start, uint64_t ino) -> Result<bool> {
+    for (uint64_t p = start;;) {
+      if (p == ino) return true;
+      if (p == kRootIno) return false;
+      CLIO_ASSIGN_OR_RETURN(InodeAttr pa, LoadInode(p));
+      p = pa.parent;
+    }
+  };
+  if (parent != new_parent) {
+    if (S_ISDIR(a.mode)) {
+      CLIO_ASSIGN_OR_RETURN(bool loop, under(new_parent, a.ino));
+      if (loop) return InvalidArgument("cannot move a directory into itself");
+    }
+    if (S_ISDIR(b.mode)) {
+      CLIO_ASSIGN_OR_RETURN(bool loop, under(parent, b.ino));
+      if (loop) return InvalidArgument("cannot move a directory into itself");
+    }
+  }
+  int64_t now = NowNs();
+  KvBatch batch;
+  batch.Put(DentryKey(parent, name), EncodeDentry(b.ino, b.mode));
+  batch.Put(DentryKey(new_parent, new_name), EncodeDentry(a.ino, a.mode));
+  auto put_inode = [&](InodeAttr& x) -> Status {
+    CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(x.ino)));
+    std::string target;
+    if (v) (void)DecodeInode(*v, &target);
+    batch.Put(InodeKey(x.ino), EncodeInode(x, target));
+    return Status::Ok();
+  };
+  if (parent != new_parent) {
+    // A directory changing parent moves one ".." link with it.
+    if (S_ISDIR(a.mode)) a.parent = new_parent, --dir_a.nlink, ++dir_b.nlink;
+    if (S_ISDIR(b.mode)) b.parent = parent, --dir_b.nlink, ++dir_a.nlink;
+  }
+  a.ctime_ns = b.ctime_ns = now;
+  dir_a.mtime_ns = dir_a.ctime_ns = dir_b.mtime_ns = dir_b.ctime_ns = now;
+  CLIO_RETURN_IF_ERROR(put_inode(a));
+  CLIO_RETURN_IF_ERROR(put_inode(b));
+  batch.Put(InodeKey(dir_a.ino), EncodeInode(dir_a, {}));
+  if (parent != new_parent) batch.Put(InodeKey(dir_b.ino), EncodeInode(dir_b, {}));
+  return kv_->Apply(std::move(batch));
+}
+
+Result<InodeAttr> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
+  CLIO_RETURN_IF_ERROR(ValidateName(new_name));
+  MutexLock l(&mu_);
+  CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
+  if (!v) return NotFound("no inode " + Hex(ino));
+  std::string target;
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
+  if (S_ISDIR(a.mode)) return Status(Code::kNotPermitted, "hard links to directories are not allowed");
+  if (a.nlink == 0) return NotFound("file was removed");
+  CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(new_parent));
+  std::string dkey = DentryKey(new_parent, new_name);
+  CLIO_ASSIGN_OR_RETURN(auto existing, kv_->Get(dkey));
+  if (existing) return Status(Code::kAlreadyExists, "'" + std::string(new_name) + "' exists");
+  int64_t now = NowNs();
+  ++a.nlink;
+  a.ctime_ns = now;
+  dir.mtime_ns = dir.ctime_ns = now;
+  KvBatch b;
+  b.ExpectAbsent(dkey);
+  b.Put(dkey, EncodeDentry(a.ino, a.mode));
+  b.Put(InodeKey(a.ino), EncodeInode(a, target));
+  b.Put(InodeKey(new_parent), EncodeInode(dir, {}));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  return a;
 }
 
 }  // namespace clio
