@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unordered_map>
+#include <map>
 #include <utility>
 
 #include "common/codec.h"
@@ -31,6 +31,19 @@ void EncodeRecord(std::string* out, uint8_t type, const Extent& e) {
   std::string& b = enc.buffer();
   enc.Put<uint64_t>(Checksum(b.data(), b.size()));
   out->append(enc.buffer());
+}
+
+// Replay step: `e` (live or free) replaces whatever earlier blocks it overlaps.
+void ApplyRecord(std::map<uint64_t, std::pair<uint64_t, bool>>* blocks, const Extent& e,
+                 bool live) {
+  const uint64_t end = e.offset > UINT64_MAX - e.size ? UINT64_MAX : e.offset + e.size;
+  auto it = blocks->lower_bound(e.offset);
+  if (it != blocks->begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.first > e.offset) it = prev;
+  }
+  while (it != blocks->end() && it->first < end) it = blocks->erase(it);
+  blocks->emplace(e.offset, std::make_pair(e.size, live));
 }
 
 }  // namespace
@@ -110,7 +123,9 @@ Result<std::unique_ptr<AllocLog>> AllocLog::Open(const std::string& path, uint64
   }
 
   // Records, in order, until EOF or the first one that does not check out.
-  std::unordered_map<uint64_t, std::pair<uint64_t, bool>> blocks;  // offset -> (size, live)
+  // offset -> (size, live). A record supersedes every earlier block it overlaps: free space
+  // is coalesced and split again, so a later block may cover parts of several earlier ones.
+  std::map<uint64_t, std::pair<uint64_t, bool>> blocks;
   uint64_t pos = kHeaderSize;
   std::string buf;
   bool torn = false;
@@ -137,7 +152,7 @@ Result<std::unique_ptr<AllocLog>> AllocLog::Open(const std::string& path, uint64
         return Corruption("alloc log " + path + ": record at " + std::to_string(pos + i) +
                           " has unknown type " + std::to_string(type));
       }
-      blocks[e.offset] = {e.size, type == kTypeAlloc};
+      ApplyRecord(&blocks, e, type == kTypeAlloc);
       ++replay->records;
     }
     pos += i;

@@ -5,9 +5,10 @@
 // through the I/O layer. The file transport flushes before Allocate()/Free() return and syncs
 // in Bdev::Sync() (and every 50 ms from its background thread).
 //
-// Replay applies the records in order to a map offset -> (size, live|free): the live blocks
-// become allocated, the freed ones go to the free lists, so a live extent is never handed out
-// twice after a restart. A torn tail (a record whose checksum fails, or a partial record) is
+// Replay applies the records in order to a map offset -> (size, live|free), each record
+// replacing the earlier entries it overlaps (free space is split and merged): the live blocks
+// become allocated and everything else below the highest block end is free, so a live extent
+// is never handed out twice after a restart. A torn tail (a record whose checksum fails, or a partial record) is
 // ignored and cut off.
 //
 // Lock order: allocator mutex -> io_mu_ -> buf_mu_.
