@@ -12,6 +12,8 @@ PACKAGES=(
   libsystemd-dev
   # tests
   doctest-dev python3 attr
+  # benchmarks
+  libbenchmark-dev fio
 )
 
 missing=()
