@@ -12,6 +12,8 @@ PACKAGES=(
   libsystemd-dev
   # tests
   doctest-dev python3 attr
+  # GPU runtime for the hbm and pinned tiers (CMake option CLIO_WITH_HIP, on by default)
+  libamdhip64-dev
 )
 
 missing=()
