@@ -320,4 +320,15 @@ TEST_CASE("CTE storage entries: bdev keys parsed by ParseBdevKeys, path and scor
   CHECK(bad.status().message().find("ram::t1") != std::string::npos);
   auto score = parse("      - path: \"ram::t1\"\n        bdev_type: ram\n        score: 2\n");
   CHECK(score.status().message().find("score") != std::string::npos);
+
+  // The compiled-in default config (etc/clio.yaml) stays valid for the CTE.
+  auto def = ParseRuntimeConfig(DefaultConfigYaml(), "(defaults)");
+  REQUIRE(def.ok());
+  for (const ComposeEntry& e : def->compose) {
+    if (e.mod_name != "clio_cte_core") continue;
+    auto cte = ParseCteConfig(e, "(defaults)");
+    REQUIRE_MESSAGE(cte.ok(), cte.status().ToString());
+    CHECK(cte->tiers.size() == 2);
+    CHECK(cte->tiers[0].bdev.alloc == AllocPolicy::kLazy);
+  }
 }
