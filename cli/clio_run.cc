@@ -21,6 +21,7 @@
 #include "daemon/runtime.h"
 #include "fs/fs_pool.h"
 #include "placement/cte_pool.h"
+#include "storage/bdev_pool.h"
 #include "storage/kv.h"
 
 namespace clio {
@@ -57,6 +58,7 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
   }
   std::string pidfile = PidFile(cfg);
   Runtime rt(std::move(cfg));
+  rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
   rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get()));
   rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get()));
   Status s = rt.Compose();

@@ -1,6 +1,7 @@
 #include "placement/cte_pool.h"
 
 #include "common/codec.h"
+#include "storage/bdev_config.h"
 #include "storage/kv.h"
 
 namespace clio {
@@ -25,29 +26,10 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
     TierConfig tc;
     CLIO_ASSIGN_OR_RETURN(tc.bdev.name, t.String("path", ""));
     if (tc.bdev.name.empty()) return t.Error("", "missing path");
-    CLIO_ASSIGN_OR_RETURN(std::string type, t.String("bdev_type", "file"));
-    auto bt = ParseBdevType(type);
-    if (!bt.ok()) return t.Error("bdev_type", bt.status().message());
-    tc.bdev.type = *bt;
-    CLIO_ASSIGN_OR_RETURN(tc.bdev.capacity, t.Size("capacity_limit", 0));
-    CLIO_ASSIGN_OR_RETURN(tc.bdev.growth_unit, t.Size("growth_unit", tc.bdev.growth_unit));
-    CLIO_ASSIGN_OR_RETURN(tc.bdev.populate_unit, t.Size("populate_unit", tc.bdev.populate_unit));
-    CLIO_ASSIGN_OR_RETURN(tc.bdev.alignment, t.Size("alignment", tc.bdev.alignment));
-    CLIO_ASSIGN_OR_RETURN(tc.bdev.alloc_log, t.String("alloc_log", ""));
+    // Every bdev key (bdev_type, capacity_limit, alloc, ...) is parsed where the bdev lives.
+    CLIO_RETURN_IF_ERROR(ParseBdevKeys(t, &tc.bdev));
     CLIO_ASSIGN_OR_RETURN(tc.score, t.Double("score", 0.5));
     if (tc.score < 0 || tc.score > 1) return t.Error("score", "must be between 0 and 1");
-    if (tc.bdev.alignment != 0 && (tc.bdev.alignment & (tc.bdev.alignment - 1)))
-      return t.Error("alignment", "must be a power of two");
-    if (tc.bdev.type == BdevType::kFile && tc.bdev.growth_unit == 0)
-      return t.Error("growth_unit", "must be greater than 0");
-    if (t.Has("persistence_level")) {
-      CLIO_ASSIGN_OR_RETURN(std::string p, t.String("persistence_level", ""));
-      auto pl = ParsePersistence(p);
-      if (!pl.ok()) return t.Error("persistence_level", pl.status().message());
-      tc.bdev.persistence = *pl;
-    } else {
-      (void)t.String("persistence_level", "");
-    }
     CLIO_RETURN_IF_ERROR(t.Finish());
     cfg.tiers.push_back(std::move(tc));
   }

@@ -29,8 +29,8 @@ class CtePool : public Pool {
 };
 
 // Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms, storage
-// (list of tiers: path, bdev_type, capacity_limit, score, growth_unit, populate_unit,
-// alignment, alloc_log, persistence_level).
+// (list of tiers: path and score, plus every bdev key of storage/bdev_config.h, with the
+// capacity spelled capacity_limit).
 ModuleFactory MakeCteModuleFactory(KvStore* kv);
 
 // Parses a CTE compose entry into its typed config (exposed for tests).

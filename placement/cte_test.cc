@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "placement/cte.h"
+#include "placement/cte_pool.h"
 #include "storage/kv.h"
 
 using namespace clio;
@@ -285,4 +286,49 @@ TEST_CASE("the allocator log is compacted at every start") {
   f.Open();
   CHECK(std::filesystem::file_size(log) == after_three);  // live set unchanged: same size
   for (int i = 0; i < 20; ++i) CHECK(f.Get(2, static_cast<uint64_t>(i), 0, 50000) == Random(50000, static_cast<uint32_t>(200 + i)));
+}
+
+TEST_CASE("CTE storage entries: bdev keys parsed by ParseBdevKeys, path and score by the CTE") {
+  auto parse = [](const std::string& tiers) {
+    std::string yaml = "runtime:\n  state_dir: /tmp/clio-cte-parse\ncompose:\n"
+                       "  - mod_name: clio_cte_core\n    pool_name: cte\n    pool_id: \"512.0\"\n"
+                       "    storage:\n" + tiers;
+    auto cfg = ParseRuntimeConfig(yaml, "cte.yaml");
+    REQUIRE_MESSAGE(cfg.ok(), cfg.status().ToString());
+    return ParseCteConfig(cfg->compose.at(0), "cte.yaml");
+  };
+  auto ok = parse("      - path: \"ram::t1\"\n        bdev_type: ram\n        capacity_limit: 16MB\n"
+                  "        alloc: lazy\n        score: 0.9\n        perf_metrics:\n"
+                  "          iops: 7\n"
+                  "      - path: /tmp/clio-cte-parse/tiers/t.dat\n        growth_unit: 4MB\n"
+                  "        io_depth: 8\n        persistence_level: long_term\n");
+  REQUIRE_MESSAGE(ok.ok(), ok.status().ToString());
+  REQUIRE(ok->tiers.size() == 2);
+  CHECK(ok->tiers[0].bdev.type == BdevType::kRam);
+  CHECK(ok->tiers[0].bdev.capacity == (16u << 20));
+  CHECK(ok->tiers[0].bdev.alloc == AllocPolicy::kLazy);
+  CHECK(ok->tiers[0].bdev.perf->iops == 7);
+  CHECK(ok->tiers[0].score == 0.9);
+  CHECK(ok->tiers[1].bdev.type == BdevType::kFile);
+  CHECK(ok->tiers[1].bdev.io_depth == 8);
+  CHECK(*ok->tiers[1].bdev.persistence == Persistence::kLongTerm);
+
+  auto bad = parse("      - path: \"ram::t1\"\n        bdev_type: ram\n        alignment: 1000\n");
+  CHECK(bad.status().code() == Code::kConfigError);
+  CHECK(bad.status().message().find("cte.yaml:") != std::string::npos);
+  CHECK(bad.status().message().find("storage[0].alignment") != std::string::npos);
+  CHECK(bad.status().message().find("ram::t1") != std::string::npos);
+  auto score = parse("      - path: \"ram::t1\"\n        bdev_type: ram\n        score: 2\n");
+  CHECK(score.status().message().find("score") != std::string::npos);
+
+  // The compiled-in default config (etc/clio.yaml) stays valid for the CTE.
+  auto def = ParseRuntimeConfig(DefaultConfigYaml(), "(defaults)");
+  REQUIRE(def.ok());
+  for (const ComposeEntry& e : def->compose) {
+    if (e.mod_name != "clio_cte_core") continue;
+    auto cte = ParseCteConfig(e, "(defaults)");
+    REQUIRE_MESSAGE(cte.ok(), cte.status().ToString());
+    CHECK(cte->tiers.size() == 2);
+    CHECK(cte->tiers[0].bdev.alloc == AllocPolicy::kLazy);
+  }
 }

@@ -14,6 +14,8 @@ PACKAGES=(
   doctest-dev python3 attr
   # benchmarks
   libbenchmark-dev fio
+  # GPU runtime for the hbm and pinned tiers (CMake option CLIO_WITH_HIP, on by default)
+  libamdhip64-dev
 )
 
 missing=()

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "storage/bdev_base.h"
+#include "storage/gpu.h"
 
 namespace clio {
 namespace {
@@ -61,6 +62,29 @@ Result<Persistence> ParsePersistence(std::string_view s) {
                          "' (expected volatile, temporary or long_term)");
 }
 
+std::string_view AllocPolicyName(AllocPolicy p) {
+  switch (p) {
+    case AllocPolicy::kAuto: return "auto";
+    case AllocPolicy::kEager: return "eager";
+    case AllocPolicy::kLazy: return "lazy";
+  }
+  return "unknown";
+}
+
+Result<AllocPolicy> ParseAllocPolicy(std::string_view s) {
+  const std::string v = Lower(s);
+  if (v == "auto") return AllocPolicy::kAuto;
+  if (v == "eager") return AllocPolicy::kEager;
+  if (v == "lazy") return AllocPolicy::kLazy;
+  return InvalidArgument("unknown alloc policy '" + std::string(s) +
+                         "' (expected auto, eager or lazy)");
+}
+
+AllocPolicy ResolveAllocPolicy(AllocPolicy p, uint64_t configured_capacity) {
+  if (p != AllocPolicy::kAuto) return p;
+  return configured_capacity != 0 ? AllocPolicy::kEager : AllocPolicy::kLazy;
+}
+
 PerfMetrics DefaultPerfMetrics(BdevType t) {
   // Configured, not measured: only the order matters to placement (hbm > ram > pinned > rest).
   switch (t) {
@@ -80,8 +104,7 @@ Result<std::unique_ptr<Bdev>> Bdev::Open(const BdevConfig& config) {
     case BdevType::kRam: return OpenRamBdev(config);
     case BdevType::kNoop: return OpenNoopBdev(config);
     case BdevType::kHbm:
-    case BdevType::kPinned:
-      return Status(Code::kNotSupported, "hbm/pinned tiers come with the GPU issue");
+    case BdevType::kPinned: return OpenGpuBdev(config, MakeGpuRuntime());
   }
   return InvalidArgument("bdev: unknown type");
 }

@@ -4,7 +4,8 @@
 // belong to which blob is the CTE's business (placement/).
 //
 // Transports: ram (shared-memory segment), file (io_uring / POSIX through storage/io.h),
-// noop (touches nothing). pinned and hbm come with the GPU issue.
+// pinned and hbm (GPU memory through storage/gpu.h; host memory without a GPU), noop (touches
+// nothing). The config keys are parsed in one place: storage/bdev_config.h.
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -61,6 +62,11 @@ enum class AllocPolicy : uint8_t {
   kEager,  // commit the whole capacity at creation
   kLazy,   // commit populate_unit at a time as allocations advance
 };
+std::string_view AllocPolicyName(AllocPolicy p);
+// "auto", "eager" or "lazy" (any case); InvalidArgument otherwise.
+Result<AllocPolicy> ParseAllocPolicy(std::string_view s);
+// kAuto resolved: eager when a capacity was given explicitly (non-zero), else lazy.
+AllocPolicy ResolveAllocPolicy(AllocPolicy p, uint64_t configured_capacity);
 
 struct BdevConfig {
   std::string name;  // file path for kFile; any unique name ("ram::tier1") for memory types
@@ -89,9 +95,24 @@ struct BdevStats {
   uint64_t capacity = 0;   // configured capacity (the effective one when configured as 0)
   uint64_t remaining = 0;  // allocatable bytes; file: capped by the host filesystem's free space
   uint64_t used = 0;       // bytes in allocated blocks
+  // Bytes of the device actually backed: the file's grown size, the committed part of a ram
+  // segment or of lazily committed host memory, the whole buffer of GPU memory; 0 for noop.
+  uint64_t committed = 0;
   double lifetime_days = 999999;  // 999999 = healthy
   PerfMetrics perf;
-  std::string backend;     // "io_uring", "posix", "shm", "noop", with "+fault" in fault mode
+  std::string backend;     // "io_uring", "posix", "shm", "hip-device", "hip-pinned", "host",
+                           // "noop"; with "+fault" in fault mode
+};
+
+// Where a pinned or hbm device's bytes live, published by the Update task so a GPU client can
+// copy to and from them directly.
+struct GpuMemoryInfo {
+  uint64_t address = 0;        // base of the data area (a device pointer when device_memory)
+  uint64_t size = 0;           // bytes
+  int32_t device = -1;         // GPU ordinal; -1 when the bytes are host memory
+  bool device_memory = false;  // hbm on a GPU
+  bool pinned = false;         // host memory page-locked through the GPU runtime
+  std::string runtime;         // "hip", or "none" for the host-memory fallback
 };
 
 class Bdev {
@@ -134,6 +155,12 @@ class Bdev {
   virtual const BdevConfig& config() const = 0;
   // ram only: the shared-memory segment's name, for clients that map it. Empty otherwise.
   virtual std::string shm_name() const { return {}; }
+  // pinned and hbm only: where the bytes live. NotSupported for the other types.
+  virtual Result<GpuMemoryInfo> GpuMemory() const {
+    return Status(Code::kNotSupported, "bdev '" + config().name + "' (" +
+                                           std::string(BdevTypeName(config().type)) +
+                                           ") holds no GPU memory");
+  }
 };
 
 }  // namespace clio

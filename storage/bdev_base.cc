@@ -207,6 +207,7 @@ BdevStats BdevBase::GetStats() {
   s.capacity = EffectiveCapacity();
   s.used = alloc_->used();
   s.remaining = alloc_->remaining();
+  s.committed = CommittedBytes();
   if (growable_) {
     // Room not yet backed must still come from the host.
     const uint64_t limit = alloc_->limit();

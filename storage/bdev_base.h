@@ -55,6 +55,8 @@ class BdevBase : public Bdev {
   virtual std::string BackendName() const = 0;
   // For a grown-on-demand device, GetStats().capacity when configured as 0.
   virtual uint64_t EffectiveCapacity();
+  // GetStats().committed: the backed size (growable) or the whole capacity (fixed).
+  virtual uint64_t CommittedBytes() { return growable_ ? alloc_->limit() : alloc_->capacity(); }
 
   // Raises the allocator's limit to at least `target` (bounded by capacity), growing the
   // transport. One growth at a time; a failure is remembered for two seconds.
@@ -87,5 +89,9 @@ class BdevBase : public Bdev {
 Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config);
 Result<std::unique_ptr<Bdev>> OpenRamBdev(const BdevConfig& config);
 Result<std::unique_ptr<Bdev>> OpenNoopBdev(const BdevConfig& config);
+// pinned and hbm, over `gpu` (MakeGpuRuntime() in production; tests pass a fake).
+class GpuRuntime;
+Result<std::unique_ptr<Bdev>> OpenGpuBdev(const BdevConfig& config,
+                                          std::unique_ptr<GpuRuntime> gpu);
 
 }  // namespace clio

@@ -22,6 +22,7 @@ class NoopBdev final : public BdevBase {
     return Status::Ok();
   }
   std::string BackendName() const override { return "noop"; }
+  uint64_t CommittedBytes() override { return 0; }
 };
 
 }  // namespace

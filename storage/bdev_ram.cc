@@ -1,9 +1,11 @@
 // ram transport: one sparse POSIX shared-memory segment, mapped MAP_SHARED so client
 // processes can map it too and read blob payloads without a round trip.
 //
-// The segment is ftruncate'd to the capacity but committed with fallocate one populate_unit at
-// a time as the allocator's high-water mark advances, so committed memory tracks allocations
-// and a full /dev/shm fails Allocate() with NoSpace instead of a SIGBUS on first touch.
+// The segment is ftruncate'd to the capacity and committed with fallocate, so a full /dev/shm
+// fails with NoSpace instead of a SIGBUS on first touch. The `alloc` policy says when: eager
+// commits the whole capacity at Open (a full /dev/shm fails the pool's creation); lazy commits
+// one populate_unit at a time as the allocator's high-water mark advances, so committed memory
+// tracks allocations; auto is eager when a capacity was configured, else lazy.
 // Segments are named "clio.<pid>.<name>"; ones left by dead processes are removed at Open.
 #include <dirent.h>
 #include <fcntl.h>
@@ -84,6 +86,9 @@ class RamBdev final : public BdevBase {
 
   Status Sync() override { return Status::Ok(); }
   std::string shm_name() const override { return segment_; }
+
+  // Commits the whole segment at creation (alloc: eager).
+  Status CommitAll() { return GrowTo(mapped_); }
 
   // Commits a prefix at creation (CLIO_PREFAULT).
   Status Prefault(uint64_t bytes) {
@@ -202,8 +207,13 @@ Result<std::unique_ptr<Bdev>> OpenRamBdev(const BdevConfig& config) {
   if (p == MAP_FAILED) return fail(Status::FromErrno(errno, "ram bdev: mmap " + segment));
 
   const uint64_t id = c.tier_id != 0 ? c.tier_id : RandomTierId();
+  const AllocPolicy policy = ResolveAllocPolicy(c.alloc, config.capacity);
   auto bdev = std::make_unique<RamBdev>(std::move(c), id, capacity, segment, fd,
                                         static_cast<char*>(p));
+  if (policy == AllocPolicy::kEager) {
+    Status s = bdev->CommitAll();
+    if (!s.ok()) return s.WithContext("ram bdev '" + config.name + "': alloc: eager");
+  }
   if (const char* pre = std::getenv("CLIO_PREFAULT"); pre != nullptr && *pre != '\0') {
     Result<uint64_t> bytes = ParseSize(pre);
     if (!bytes.ok()) return bytes.status().WithContext("CLIO_PREFAULT");

@@ -1,0 +1,105 @@
+#include "storage/bdev_protocol.h"
+
+#include <bit>
+
+namespace clio {
+namespace {
+
+constexpr uint64_t kExtentWireBytes = 8 + 8 + 1;
+
+}  // namespace
+
+void EncodeExtents(Encoder& e, const ExtentList& extents) {
+  e.Put<uint32_t>(static_cast<uint32_t>(extents.size()));
+  for (const Extent& x : extents) {
+    const uint8_t size_class =
+        std::has_single_bit(x.size) ? static_cast<uint8_t>(std::countr_zero(x.size)) : 0;
+    e.Put<uint64_t>(x.offset).Put<uint64_t>(x.size).Put<uint8_t>(size_class);
+  }
+}
+
+Status DecodeExtents(Decoder& d, ExtentList* out) {
+  uint32_t n = 0;
+  if (!d.Get(&n)) return Corruption("extents: message truncated");
+  // Never reserve more than the input could hold.
+  if (n > d.remaining() / kExtentWireBytes)
+    return Corruption("extents: count " + std::to_string(n) + " exceeds the message");
+  out->clear();
+  out->reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    Extent x;
+    uint8_t size_class = 0;
+    if (!d.Get(&x.offset) || !d.Get(&x.size) || !d.Get(&size_class))
+      return Corruption("extents: message truncated");
+    if (!std::has_single_bit(x.size) || std::countr_zero(x.size) != size_class)
+      return InvalidArgument("extent " + std::to_string(i) + ": size " + std::to_string(x.size) +
+                             " does not match its size class " + std::to_string(size_class));
+    if (x.offset > UINT64_MAX - x.size)
+      return InvalidArgument("extent " + std::to_string(i) + ": offset + size overflows");
+    out->push_back(x);
+  }
+  return Status::Ok();
+}
+
+std::string EncodeBdevStats(const BdevStats& s) {
+  Encoder e;
+  e.Put<uint8_t>(static_cast<uint8_t>(s.type)).Put<uint8_t>(static_cast<uint8_t>(s.persistence));
+  e.Put<uint64_t>(s.capacity).Put<uint64_t>(s.remaining).Put<uint64_t>(s.used);
+  e.Put<uint64_t>(s.committed).Put<double>(s.lifetime_days);
+  e.Put<double>(s.perf.read_bandwidth_mbps).Put<double>(s.perf.write_bandwidth_mbps);
+  e.Put<double>(s.perf.read_latency_us).Put<double>(s.perf.write_latency_us);
+  e.Put<double>(s.perf.iops);
+  e.PutBytes(s.backend);
+  return e.Take();
+}
+
+Result<BdevStats> DecodeBdevStats(std::string_view bytes) {
+  Decoder d(bytes);
+  BdevStats s;
+  uint8_t type = 0, persistence = 0;
+  d.Get(&type);
+  d.Get(&persistence);
+  d.Get(&s.capacity);
+  d.Get(&s.remaining);
+  d.Get(&s.used);
+  d.Get(&s.committed);
+  d.Get(&s.lifetime_days);
+  d.Get(&s.perf.read_bandwidth_mbps);
+  d.Get(&s.perf.write_bandwidth_mbps);
+  d.Get(&s.perf.read_latency_us);
+  d.Get(&s.perf.write_latency_us);
+  d.Get(&s.perf.iops);
+  d.GetString(&s.backend);
+  CLIO_RETURN_IF_ERROR(d.Finish("bdev stats"));
+  if (type > static_cast<uint8_t>(BdevType::kNoop) ||
+      persistence > static_cast<uint8_t>(Persistence::kLongTerm))
+    return Corruption("bdev stats: bad type or persistence");
+  s.type = static_cast<BdevType>(type);
+  s.persistence = static_cast<Persistence>(persistence);
+  return s;
+}
+
+std::string EncodeGpuMemoryInfo(const GpuMemoryInfo& g) {
+  Encoder e;
+  e.Put<uint64_t>(g.address).Put<uint64_t>(g.size).Put<int32_t>(g.device);
+  e.Put<uint8_t>(g.device_memory ? 1 : 0).Put<uint8_t>(g.pinned ? 1 : 0).PutBytes(g.runtime);
+  return e.Take();
+}
+
+Result<GpuMemoryInfo> DecodeGpuMemoryInfo(std::string_view bytes) {
+  Decoder d(bytes);
+  GpuMemoryInfo g;
+  uint8_t device_memory = 0, pinned = 0;
+  d.Get(&g.address);
+  d.Get(&g.size);
+  d.Get(&g.device);
+  d.Get(&device_memory);
+  d.Get(&pinned);
+  d.GetString(&g.runtime);
+  CLIO_RETURN_IF_ERROR(d.Finish("gpu memory info"));
+  g.device_memory = device_memory != 0;
+  g.pinned = pinned != 0;
+  return g;
+}
+
+}  // namespace clio
