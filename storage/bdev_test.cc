@@ -1,11 +1,18 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -17,6 +24,7 @@
 using namespace clio;
 using clio::testing::Disjoint;
 using clio::testing::Pattern;
+using clio::testing::SupportsDirect;
 using clio::testing::TempDir;
 
 namespace {
@@ -80,6 +88,62 @@ void AppendBytes(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+constexpr IoBackend kAsyncBackends[] = {IoBackend::kUring, IoBackend::kLibaio,
+                                        IoBackend::kPosixAio};
+
+// True when this process holds a descriptor of `path` opened with O_DIRECT.
+bool HasDirectDescriptor(const std::string& path) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(entry.path(), ec) != path) continue;
+    std::ifstream info("/proc/self/fdinfo/" + entry.path().filename().string());
+    std::string key;
+    while (info >> key) {
+      if (key != "flags:") continue;
+      std::string octal;
+      info >> octal;
+      if (std::stoul(octal, nullptr, 8) & O_DIRECT) return true;
+    }
+  }
+  return false;
+}
+
+// Captures what is logged while it lives (the default spdlog logger, warn and above).
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1024)) {
+    old_level_ = spdlog::default_logger()->level();
+    if (old_level_ > spdlog::level::warn) spdlog::default_logger()->set_level(spdlog::level::warn);
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+    spdlog::default_logger()->set_level(old_level_);
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  // Lines logged so far that contain every one of `needles`.
+  int Count(std::initializer_list<std::string_view> needles) const {
+    int n = 0;
+    for (const auto& line : sink_->last_formatted()) {
+      bool all = true;
+      for (auto needle : needles) all = all && line.find(needle) != std::string::npos;
+      n += all ? 1 : 0;
+    }
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  spdlog::level::level_enum old_level_;
+};
+
 }  // namespace
 
 TEST_CASE("bdev names and defaults") {
@@ -114,12 +178,17 @@ TEST_CASE("every transport: write/read round trip over several extents, and boun
       FileConfig(dir, "tier.dat", 64 * kMiB),
       MemConfig(BdevType::kRam, "ram::roundtrip." + std::to_string(::getpid()), 64 * kMiB),
       MemConfig(BdevType::kNoop, "noop0", 64 * kMiB)};
-  BdevConfig uring_file = FileConfig(dir, "tier-uring.dat", 64 * kMiB);
-  uring_file.io.backend = IoBackend::kUring;
-  configs.push_back(uring_file);
-  BdevConfig fault_file = FileConfig(dir, "tier-fault.dat", 64 * kMiB);
-  fault_file.io.fault_injection = true;
-  configs.push_back(fault_file);
+  for (IoBackend backend : kAsyncBackends) {
+    for (bool fault : {false, true}) {
+      BdevConfig file = FileConfig(
+          dir, "tier-" + std::string(IoBackendName(backend)) + (fault ? "-fault" : "") + ".dat",
+          64 * kMiB);
+      file.io.backend = backend;
+      file.io.fault_injection = fault;
+      file.io_depth = 4;
+      configs.push_back(file);
+    }
+  }
 
   for (const auto& config : configs) {
     CAPTURE(config.name);
@@ -460,34 +529,190 @@ TEST_CASE("file bdev: with fault injection, unsynced data is lost at a crash, sy
   CHECK(back == std::string(16 * kKiB, 'o'));
 }
 
-TEST_CASE("file bdev: concurrent allocate/write/read/free from 4 threads") {
+TEST_CASE("file bdev: concurrent allocate/write/read/free from 4 threads, on every backend") {
   TempDir dir;
-  BdevConfig c = FileConfig(dir, "mt.dat", 64 * kMiB, 4 * kMiB);
-  auto b = MustOpen(c);
-  std::vector<int> errors(4, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
-      for (int i = 0; i < 100; ++i) {
-        uint64_t n = 1 + rng() % (300 * kKiB);
-        auto r = b->Allocate(n);
-        if (!r.ok()) {
-          ++errors[t];
-          continue;
-        }
-        std::string data = Pattern(n, static_cast<unsigned>(t * 1000 + i));
-        std::string back(n, '\0');
-        if (!b->Write(*r, 0, data).ok() || !b->Read(*r, 0, n, back.data()).ok() || back != data) {
-          ++errors[t];
-        }
-        if (rng() % 2 == 0 && !b->Free(*r).ok()) ++errors[t];
+  for (IoBackend backend : kAsyncBackends) {
+    for (bool fault : {false, true}) {
+      CAPTURE(IoBackendName(backend));
+      CAPTURE(fault);
+      BdevConfig c = FileConfig(
+          dir, "mt-" + std::string(IoBackendName(backend)) + (fault ? "-fault" : "") + ".dat",
+          64 * kMiB, 4 * kMiB);
+      c.io.backend = backend;
+      c.io.fault_injection = fault;
+      auto b = MustOpen(c);
+      const std::string name(IoBackendName(backend));
+      CHECK(b->GetStats().backend == name + (fault ? "+fault" : ""));
+      std::vector<int> errors(4, 0);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+          std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
+          for (int i = 0; i < 100; ++i) {
+            uint64_t n = 1 + rng() % (300 * kKiB);
+            auto r = b->Allocate(n);
+            if (!r.ok()) {
+              ++errors[t];
+              continue;
+            }
+            std::string data = Pattern(n, static_cast<unsigned>(t * 1000 + i));
+            std::string back(n, '\0');
+            if (!b->Write(*r, 0, data).ok() || !b->Read(*r, 0, n, back.data()).ok() ||
+                back != data) {
+              ++errors[t];
+            }
+            if (rng() % 2 == 0 && !b->Free(*r).ok()) ++errors[t];
+          }
+        });
       }
-    });
+      for (auto& th : threads) th.join();
+      for (int t = 0; t < 4; ++t) CHECK(errors[t] == 0);
+      REQUIRE(b->Sync().ok());
+    }
   }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < 4; ++t) CHECK(errors[t] == 0);
+}
+
+TEST_CASE("file bdev: a backing file swapped under the path fails Write, growth and Sync") {
+  TempDir dir;
+  BdevConfig c = FileConfig(dir, "swap.dat", 8 * kMiB, kMiB);
+  auto b = MustOpen(c);
+  ExtentList e = MustAllocate(b.get(), 8192);
+  REQUIRE(b->Write(e, 0, "before").ok());
   REQUIRE(b->Sync().ok());
+
+  const std::string impostor = dir.File("impostor");
+  { std::ofstream(impostor, std::ios::binary) << std::string(8192, 'i'); }
+  REQUIRE(::rename(impostor.c_str(), c.name.c_str()) == 0);
+
+  Status w = b->Write(e, 0, "after");
+  CHECK(w.code() == Code::kIoError);
+  CHECK(w.message().find(c.name) != std::string::npos);
+  CHECK(w.message().find("replaced") != std::string::npos);
+  Status s = b->Sync();
+  CHECK(s.code() == Code::kIoError);
+  CHECK(s.message().find(c.name) != std::string::npos);
+  // Growing would reserve blocks in a file nobody can reach any more.
+  auto grown = b->Allocate(2 * kMiB);
+  CHECK(grown.status().code() == Code::kIoError);
+  CHECK(grown.status().message().find(c.name) != std::string::npos);
+  // The impostor is left alone.
+  CHECK(Slurp(c.name) == std::string(8192, 'i'));
+}
+
+TEST_CASE("file bdev: large aligned writes use the O_DIRECT descriptor where there is one") {
+  TempDir dir;
+  if (!SupportsDirect(dir.path())) {
+    MESSAGE("O_DIRECT is not supported under " << dir.path() << "; skipping");
+    return;
+  }
+  for (IoBackend backend : kAsyncBackends) {
+    for (bool fault : {false, true}) {
+      CAPTURE(IoBackendName(backend));
+      CAPTURE(fault);
+      BdevConfig c = FileConfig(
+          dir, "direct-" + std::string(IoBackendName(backend)) + (fault ? "-f" : "") + ".dat",
+          16 * kMiB, 4 * kMiB);
+      c.io.backend = backend;
+      c.io.fault_injection = fault;
+      auto b = MustOpen(c);
+      // Fault mode keeps writes in memory until Sync(): no direct path there.
+      CHECK(HasDirectDescriptor(c.name) == !fault);
+      CHECK_FALSE(HasDirectDescriptor(c.name + ".alloc_log"));
+      ExtentList e = MustAllocate(b.get(), 2 * kMiB);
+      // Unaligned small writes first, so the page cache holds bytes the direct write replaces.
+      REQUIRE(b->Write(e, 100, std::string(10000, 'c')).ok());
+      const std::string data = Pattern(2 * kMiB, 8);
+      REQUIRE(b->Write(e, 0, data).ok());
+      std::string back(data.size(), '\0');
+      REQUIRE(b->Read(e, 0, back.size(), back.data()).ok());
+      CHECK(back == data);
+      REQUIRE(b->Sync().ok());
+      b.reset();
+      CHECK(Slurp(c.name).substr(4096 + e[0].offset, data.size()) == data);
+    }
+  }
+}
+
+TEST_CASE("file bdev: a full host filesystem fails at Allocate, not at Write") {
+  TempDir dir;
+  TempDir logs;
+  const std::string mnt = dir.File("fs");
+  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=24m") != 0) {
+    const int err = errno;
+    if (err == EPERM && ::geteuid() != 0) {
+      MESSAGE("mounting a tmpfs needs root; skipping the full-disk test");
+      return;
+    }
+    FAIL("mount -t tmpfs -o size=24m tmpfs " << mnt << ": " << std::strerror(err));
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+
+  constexpr uint64_t kUnit = 4 * kMiB;
+  BdevConfig c;
+  c.name = mnt + "/tier.dat";
+  c.capacity = 0;  // as far as the host allows
+  c.growth_unit = kUnit;
+  c.alloc_log = logs.File("tier.alloc_log");  // the log must not compete for the small disk
+  auto b = MustOpen(c);
+  const uint64_t host_free = *FilesystemFreeBytes(mnt);
+  CHECK(host_free <= 24 * kMiB);
+  BdevStats st = b->GetStats();
+  CHECK(st.remaining <= host_free);
+  CHECK(st.remaining > 0);
+
+  LogCapture log;
+  std::vector<ExtentList> written;
+  std::vector<uint64_t> sizes = {FileSize(c.name)};
+  Status full;
+  for (int i = 0; i < 64; ++i) {
+    auto r = b->Allocate(kMiB);
+    if (!r.ok()) {
+      full = r.status();
+      break;
+    }
+    // Every allocation handed out is backed: its write never meets a full disk.
+    Status w = b->Write(*r, 0, Pattern(kMiB, static_cast<unsigned>(i)));
+    REQUIRE_MESSAGE(w.ok(), w.ToString());
+    written.push_back(*r);
+    if (FileSize(c.name) != sizes.back()) sizes.push_back(FileSize(c.name));
+  }
+  CHECK(full.code() == Code::kNoSpace);
+  CHECK(full.message().find(c.name) != std::string::npos);
+  CHECK(written.size() >= 16);
+  // The file grew in whole growth units while they fit, then by what each request needed.
+  REQUIRE(sizes.size() >= 5);
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    CAPTURE(i);
+    const uint64_t step = sizes[i] - sizes[i - 1];
+    if (i <= 4) {
+      CHECK(step == kUnit);
+    } else {
+      CHECK(step <= kUnit);
+    }
+  }
+  CHECK(sizes.back() <= 24 * kMiB);
+
+  // Earlier data stays readable.
+  for (size_t i = 0; i < written.size(); ++i) {
+    std::string back(kMiB, '\0');
+    REQUIRE(b->Read(written[i], 0, kMiB, back.data()).ok());
+    CHECK(back == Pattern(kMiB, static_cast<unsigned>(i)));
+  }
+
+  // The failed growth is remembered: a second attempt within 2 s fails without trying again.
+  const int attempts = log.Count({c.name, "cannot grow"});
+  CHECK(attempts >= 1);
+  const uint64_t size_before = FileSize(c.name);
+  auto again = b->Allocate(kMiB);
+  CHECK(again.status().code() == Code::kNoSpace);
+  CHECK(log.Count({c.name, "cannot grow"}) == attempts);
+  CHECK(FileSize(c.name) == size_before);
+  REQUIRE(b->Sync().ok());
+  b.reset();
 }
 
 TEST_CASE("ram bdev: a 0600 segment, committed as allocations advance, removed at the end") {

@@ -15,6 +15,7 @@
 
 using namespace clio;
 using clio::testing::Pattern;
+using clio::testing::SupportsDirect;
 using clio::testing::TempDir;
 
 namespace {
@@ -64,15 +65,6 @@ class ScopedEnv {
   const char* name_;
   std::string old_;
 };
-
-// True when files in `dir` can be opened with O_DIRECT.
-bool SupportsDirect(const std::string& dir) {
-  const std::string probe = dir + "/.direct-probe";
-  int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-  if (fd >= 0) ::close(fd);
-  ::unlink(probe.c_str());
-  return fd >= 0;
-}
 
 }  // namespace
 
