@@ -400,6 +400,9 @@ Status RunAsyncIo(Engine* engine, IoBackend backend, uint32_t depth, bool write,
       for (uint32_t i = n; i > started; --i) todo.push_back(batch[i - 1]);  // not started
       if (r < 0 && !((r == -EAGAIN || r == -EINTR) && in_flight > 0)) {
         first_error = Status::FromErrno(-r, OpContext(op, path, batch[0].off));
+      } else if (r == 0 && in_flight == 0) {
+        // Nothing started and nothing to wait for: looping would spin forever.
+        first_error = IoError(OpContext(op, path, batch[0].off) + ": the kernel took no request");
       }
     }
     if (in_flight == 0) continue;
