@@ -7,7 +7,7 @@ PACKAGES=(
   # toolchain
   cmake ninja-build ccache clang-14 libclang-rt-14-dev pkg-config git
   # libraries
-  libfuse3-dev fuse3 liburing-dev libyaml-cpp-dev librocksdb-dev libboost-dev
+  libfuse3-dev fuse3 liburing-dev libaio-dev libyaml-cpp-dev librocksdb-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libssl-dev libxxhash-dev
   libsystemd-dev
   # tests

@@ -3,9 +3,10 @@
 // frees them and reports how much room is left. It keeps no per-object metadata: which extents
 // belong to which blob is the CTE's business (placement/).
 //
-// Transports: ram (shared-memory segment), file (io_uring / POSIX through storage/io.h),
-// pinned and hbm (GPU memory through storage/gpu.h; host memory without a GPU), noop (touches
-// nothing). The config keys are parsed in one place: storage/bdev_config.h.
+// Transports: ram (shared-memory segment), file (io_uring / libaio / POSIX AIO through
+// storage/io.h, with O_DIRECT for large aligned writes), pinned and hbm (GPU memory through
+// storage/gpu.h; host memory without a GPU), noop (touches nothing). The config keys are
+// parsed in one place: storage/bdev_config.h.
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -81,7 +82,7 @@ struct BdevConfig {
   std::optional<PerfMetrics> perf;
   AllocPolicy alloc = AllocPolicy::kAuto;  // ram, pinned
   uint32_t io_depth = 32;                  // file: async I/O queue depth per worker
-  IoOptions io;
+  IoOptions io;  // file: io.io_depth is replaced by io_depth; direct_writes is set for the data
   // Persistent tier id. 0: keep the id found in the device header, or make a new one.
   // Non-zero and different from the header: Open() fails with Corruption naming both ids.
   uint64_t tier_id = 0;
@@ -100,8 +101,8 @@ struct BdevStats {
   uint64_t committed = 0;
   double lifetime_days = 999999;  // 999999 = healthy
   PerfMetrics perf;
-  std::string backend;     // "io_uring", "posix", "shm", "hip-device", "hip-pinned", "host",
-                           // "noop"; with "+fault" in fault mode
+  std::string backend;     // "io_uring", "libaio", "posix_aio", "posix", "shm", "hip-device",
+                           // "hip-pinned", "host", "noop"; with "+fault" in fault mode
 };
 
 // Where a pinned or hbm device's bytes live, published by the Update task so a GPU client can

@@ -1,10 +1,13 @@
-// file transport: a backing file driven through the I/O layer (io_uring or POSIX, with the
-// fault-injection mode), plus the allocator log.
+// file transport: a backing file driven through the I/O layer (io_uring, libaio or POSIX AIO,
+// with the fault-injection mode; see io.h), plus the allocator log.
 //
 // Layout: a 4 KiB header at offset 0, the data area from kDataStart. Header (little-endian):
 //   magic "CLIOTIER" | version u32 | reserved u32 | tier id u64 | alignment u64 |
 //   created (unix ns) u64 | xxh3-64 of the preceding 40 bytes u64 | zeros to 4096.
 // The file grows in growth_unit steps with fallocate, so a full disk fails at Allocate().
+// Large aligned writes go through an O_DIRECT descriptor where the filesystem has one
+// (IoOptions::direct_writes). The identity (st_dev, st_ino) of the opened file is recorded;
+// Write, growth and Sync refuse to go on once the path names another file.
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -76,13 +79,12 @@ Result<TierHeader> DecodeTierHeader(const std::string& path, const char* p) {
 class FileBdev final : public BdevBase {
  public:
   FileBdev(BdevConfig config, uint64_t tier_id, uint64_t capacity, std::unique_ptr<IoFile> io,
-           std::unique_ptr<AllocLog> log, struct stat identity)
+           std::unique_ptr<AllocLog> log, FileIdentity identity)
       : BdevBase(std::move(config), tier_id, capacity, /*growable=*/true, log.get()),
         io_(std::move(io)),
         log_(std::move(log)),
         fail_marker_(config_.name + ".fail"),
-        dev_(identity.st_dev),
-        ino_(identity.st_ino) {}
+        identity_(identity) {}
 
   ~FileBdev() override {
     if (sync_thread_.joinable()) {
@@ -120,6 +122,12 @@ class FileBdev final : public BdevBase {
     return Status::Ok();
   }
 
+  // A write to a file the path no longer names would be lost to everyone who opens the path.
+  Status Write(const ExtentList& extents, uint64_t offset, std::string_view data) override {
+    CLIO_RETURN_IF_ERROR(CheckIdentity());
+    return BdevBase::Write(extents, offset, data);
+  }
+
   Status FlushAllocLog() override {
     if (log_ == nullptr) return Status::Ok();
     return alloc_
@@ -146,25 +154,15 @@ class FileBdev final : public BdevBase {
   }
 
   Result<uint64_t> Grow(uint64_t backed, uint64_t target) override {
-    const uint64_t unit = std::max<uint64_t>(config_.growth_unit, alloc_->min_class());
-    uint64_t want = std::min(RoundUpTo(target, unit), alloc_->capacity());
-    // Ask the filesystem first: a fallocate that runs out of space part way may keep what it
-    // reserved (ext4 does), so a hopeless growth must not be attempted at all.
-    Result<uint64_t> host = FilesystemFreeBytes(HostPath());
-    if (host.ok()) {
-      if (want - backed > *host) want = target;
-      if (target - backed > *host) {
-        return NoSpace(Describe() + ": growing the file by " + std::to_string(target - backed) +
-                       " bytes: the host filesystem has " + std::to_string(*host) + " free");
-      }
+    CLIO_RETURN_IF_ERROR(CheckIdentity());
+    Result<uint64_t> grown = GrowFile(backed, target);
+    if (!grown.ok() && grown.status().code() == Code::kNoSpace) {
+      // BdevBase remembers the failure for 2 s, so this is logged at most once per 2 s.
+      CLIO_LOG_WARN("{}: cannot grow the data area from {} to {} bytes ({}); growth past {} "
+                    "fails fast for 2 s",
+                    Describe(), backed, target, grown.status().message(), backed);
     }
-    Status s = io_->Allocate(kDataStart + backed, want - backed);
-    if (!s.ok() && s.code() == Code::kNoSpace && want > target) {
-      want = target;  // a whole growth unit does not fit; reserve just what is needed
-      s = io_->Allocate(kDataStart + backed, want - backed);
-    }
-    if (!s.ok()) return s.WithContext(Describe() + ": growing the file");
-    return want;
+    return grown;
   }
 
   Status PersistAllocator() override { return log_ != nullptr ? log_->Flush() : Status::Ok(); }
@@ -186,6 +184,29 @@ class FileBdev final : public BdevBase {
   }
 
  private:
+  // Reserves the data area up to at least `target` (a whole growth unit when it fits).
+  Result<uint64_t> GrowFile(uint64_t backed, uint64_t target) {
+    const uint64_t unit = std::max<uint64_t>(config_.growth_unit, alloc_->min_class());
+    uint64_t want = std::min(RoundUpTo(target, unit), alloc_->capacity());
+    // Ask the filesystem first: a fallocate that runs out of space part way may keep what it
+    // reserved (ext4 does), so a hopeless growth must not be attempted at all.
+    Result<uint64_t> host = FilesystemFreeBytes(HostPath());
+    if (host.ok()) {
+      if (want - backed > *host) want = target;
+      if (target - backed > *host) {
+        return NoSpace(Describe() + ": growing the file by " + std::to_string(target - backed) +
+                       " bytes: the host filesystem has " + std::to_string(*host) + " free");
+      }
+    }
+    Status s = io_->Allocate(kDataStart + backed, want - backed);
+    if (!s.ok() && s.code() == Code::kNoSpace && want > target) {
+      want = target;  // a whole growth unit does not fit; reserve just what is needed
+      s = io_->Allocate(kDataStart + backed, want - backed);
+    }
+    if (!s.ok()) return s.WithContext(Describe() + ": growing the file");
+    return want;
+  }
+
   // The path must still name the file we opened; a deleted or replaced backing file means
   // nothing written since is durable.
   Status CheckIdentity() {
@@ -194,9 +215,11 @@ class FileBdev final : public BdevBase {
       return IoError(Describe() + ": backing file " + config_.name + " is gone (" +
                      std::strerror(errno) + ")");
     }
-    if (st.st_dev != dev_ || st.st_ino != ino_) {
+    if (FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)} !=
+        identity_) {
       return IoError(Describe() + ": backing file " + config_.name +
-                     " was replaced by another file");
+                     " was replaced by another file (the transport never writes to or reopens "
+                     "a swapped file)");
     }
     return Status::Ok();
   }
@@ -220,8 +243,7 @@ class FileBdev final : public BdevBase {
   const std::unique_ptr<IoFile> io_;
   const std::unique_ptr<AllocLog> log_;  // null for an explicitly volatile file tier
   const std::string fail_marker_;
-  const dev_t dev_;
-  const ino_t ino_;
+  const FileIdentity identity_;  // of the file opened at Open()
 
   Mutex bg_mu_;
   CondVar bg_cv_;
@@ -244,7 +266,11 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
   if (!parent.empty()) std::filesystem::create_directories(parent, dir_error);
   if (dir_error)
     return IoError("file bdev '" + c.name + "': cannot create " + parent.string() + ": " + dir_error.message());
-  CLIO_ASSIGN_OR_RETURN(auto io, OpenIoFile(c.name, c.io));
+  // io_depth is the seed key; it sizes the per-thread rings / contexts of the tier's I/O.
+  c.io.io_depth = c.io_depth;
+  IoOptions data_io = c.io;
+  data_io.direct_writes = true;  // skipped where unsupported and in fault-injection mode
+  CLIO_ASSIGN_OR_RETURN(auto io, OpenIoFile(c.name, data_io));
   CLIO_ASSIGN_OR_RETURN(uint64_t size, io->Size());
   TierHeader hdr;
   if (size == 0) {
@@ -287,10 +313,8 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
                        " is smaller than one block");
   }
 
-  struct stat identity;
-  if (::stat(c.name.c_str(), &identity) != 0) {
-    return Status::FromErrno(errno, "stat " + c.name);
-  }
+  // The identity of the descriptor, not of the path: the path may already name another file.
+  CLIO_ASSIGN_OR_RETURN(FileIdentity identity, io->Identity());
 
   std::unique_ptr<AllocLog> log;
   AllocLog::Replay replay;

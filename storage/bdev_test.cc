@@ -80,6 +80,8 @@ void AppendBytes(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
+constexpr IoBackend kAsyncBackends[] = {IoBackend::kUring, IoBackend::kLibaio,
+                                        IoBackend::kPosixAio};
 }  // namespace
 
 TEST_CASE("bdev names and defaults") {
@@ -115,12 +117,17 @@ TEST_CASE("every transport: write/read round trip over several extents, and boun
       FileConfig(dir, "tier.dat", 64 * kMiB),
       MemConfig(BdevType::kRam, "ram::roundtrip." + std::to_string(::getpid()), 64 * kMiB),
       MemConfig(BdevType::kNoop, "noop0", 64 * kMiB)};
-  BdevConfig uring_file = FileConfig(dir, "tier-uring.dat", 64 * kMiB);
-  uring_file.io.backend = IoBackend::kUring;
-  configs.push_back(uring_file);
-  BdevConfig fault_file = FileConfig(dir, "tier-fault.dat", 64 * kMiB);
-  fault_file.io.fault_injection = true;
-  configs.push_back(fault_file);
+  for (IoBackend backend : kAsyncBackends) {
+    for (bool fault : {false, true}) {
+      BdevConfig file = FileConfig(
+          dir, "tier-" + std::string(IoBackendName(backend)) + (fault ? "-fault" : "") + ".dat",
+          64 * kMiB);
+      file.io.backend = backend;
+      file.io.fault_injection = fault;
+      file.io_depth = 4;
+      configs.push_back(file);
+    }
+  }
 
   for (const auto& config : configs) {
     CAPTURE(config.name);
@@ -461,34 +468,47 @@ TEST_CASE("file bdev: with fault injection, unsynced data is lost at a crash, sy
   CHECK(back == std::string(16 * kKiB, 'o'));
 }
 
-TEST_CASE("file bdev: concurrent allocate/write/read/free from 4 threads") {
+TEST_CASE("file bdev: concurrent allocate/write/read/free from 4 threads, on every backend") {
   TempDir dir;
-  BdevConfig c = FileConfig(dir, "mt.dat", 64 * kMiB, 4 * kMiB);
-  auto b = MustOpen(c);
-  std::vector<int> errors(4, 0);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
-      for (int i = 0; i < 100; ++i) {
-        uint64_t n = 1 + rng() % (300 * kKiB);
-        auto r = b->Allocate(n);
-        if (!r.ok()) {
-          ++errors[t];
-          continue;
-        }
-        std::string data = Pattern(n, static_cast<unsigned>(t * 1000 + i));
-        std::string back(n, '\0');
-        if (!b->Write(*r, 0, data).ok() || !b->Read(*r, 0, n, back.data()).ok() || back != data) {
-          ++errors[t];
-        }
-        if (rng() % 2 == 0 && !b->Free(*r).ok()) ++errors[t];
+  for (IoBackend backend : kAsyncBackends) {
+    for (bool fault : {false, true}) {
+      CAPTURE(IoBackendName(backend));
+      CAPTURE(fault);
+      BdevConfig c = FileConfig(
+          dir, "mt-" + std::string(IoBackendName(backend)) + (fault ? "-fault" : "") + ".dat",
+          64 * kMiB, 4 * kMiB);
+      c.io.backend = backend;
+      c.io.fault_injection = fault;
+      auto b = MustOpen(c);
+      const std::string name(IoBackendName(backend));
+      CHECK(b->GetStats().backend == name + (fault ? "+fault" : ""));
+      std::vector<int> errors(4, 0);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+          std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
+          for (int i = 0; i < 100; ++i) {
+            uint64_t n = 1 + rng() % (300 * kKiB);
+            auto r = b->Allocate(n);
+            if (!r.ok()) {
+              ++errors[t];
+              continue;
+            }
+            std::string data = Pattern(n, static_cast<unsigned>(t * 1000 + i));
+            std::string back(n, '\0');
+            if (!b->Write(*r, 0, data).ok() || !b->Read(*r, 0, n, back.data()).ok() ||
+                back != data) {
+              ++errors[t];
+            }
+            if (rng() % 2 == 0 && !b->Free(*r).ok()) ++errors[t];
+          }
+        });
       }
-    });
+      for (auto& th : threads) th.join();
+      for (int t = 0; t < 4; ++t) CHECK(errors[t] == 0);
+      REQUIRE(b->Sync().ok());
+    }
   }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < 4; ++t) CHECK(errors[t] == 0);
-  REQUIRE(b->Sync().ok());
 }
 
 TEST_CASE("ram bdev: a 0600 segment, committed as allocations advance, removed at the end") {

@@ -1,7 +1,9 @@
 // Helpers shared by the storage tests: a temporary directory and extent checks.
 #pragma once
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -48,6 +50,15 @@ inline std::string Pattern(size_t n, unsigned seed) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7919 + (i >> 9)) & 0xff);
   return s;
+}
+
+// True when files in `dir` can be opened with O_DIRECT.
+inline bool SupportsDirect(const std::string& dir) {
+  const std::string probe = dir + "/.direct-probe";
+  int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return fd >= 0;
 }
 
 }  // namespace clio::testing
