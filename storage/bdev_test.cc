@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -662,4 +663,25 @@ TEST_CASE("ram bdev alloc policy: auto is eager with a capacity, lazy without") 
   CHECK(ShmCommitted(d->shm_name()) < 4 * kMiB);
   CHECK(d->GetStats().committed == 0);
   CHECK(d->GetStats().capacity > 8 * kMiB);
+}
+
+TEST_CASE("file bdev: an explicitly volatile file tier keeps no allocator log") {
+  TempDir dir;
+  BdevConfig c = FileConfig(dir, "scratch.dat", 8 * kMiB);
+  c.persistence = Persistence::kVolatile;
+  {
+    auto b = MustOpen(c);
+    CHECK(b->GetStats().persistence == Persistence::kVolatile);
+    ExtentList e = MustAllocate(b.get(), 1 * kMiB);
+    REQUIRE(b->Write(e, 0, "scratch").ok());
+    REQUIRE(b->Sync().ok());
+  }
+  CHECK_FALSE(std::filesystem::exists(c.name + ".alloc_log"));
+  // Nothing is replayed: the whole capacity is free again after a reopen.
+  auto b = MustOpen(c);
+  CHECK(b->GetStats().used == 0);
+  // Only an explicit volatile does this: the default (temporary) logs.
+  BdevConfig d = FileConfig(dir, "default.dat", 8 * kMiB);
+  MustOpen(d);
+  CHECK(std::filesystem::exists(d.name + ".alloc_log"));
 }
