@@ -464,55 +464,104 @@ int Usage(const char* msg) {
   if (msg) std::fprintf(stderr, "clio-fuse: %s\n", msg);
   std::fprintf(stderr,
                "usage: clio-fuse MOUNTPOINT [-f|--foreground] [-o OPT[,OPT...]] [-d]\n"
+               "       mount.clio SOURCE MOUNTPOINT [-o OPT[,OPT...]]   (mount -t fuse.clio, /etc/fstab)\n"
                "  Mounts the CLIO filesystem served by the runtime (CLIO_CONF names its config).\n"
                "  -o allow_other   let other users in (default: only the mounting user)\n"
                "  -o attr_timeout=S,entry_timeout=S,negative_timeout=S   kernel cache lifetimes (1 s)\n"
+               "  -o conf=FILE     the runtime's config (instead of CLIO_CONF)\n"
                "  Unmount with: fusermount3 -u MOUNTPOINT\n");
   return 2;
 }
 
-int Main(int argc, char** argv) {
-  InitLogging("fuse");
+struct Args {
   std::string mountpoint;
-  bool foreground = false, debug = false;
-  std::string opts = "default_permissions,fsname=clio,subtype=clio";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-f" || a == "--foreground") foreground = true;
-    else if (a == "-d" || a == "--debug") debug = foreground = true;
-    else if (a == "-h" || a == "--help") return Usage(nullptr), 0;
-    else if (a == "-o" && i + 1 < argc) opts += std::string(",") + argv[++i];
-    else if (a.rfind("-o", 0) == 0 && a.size() > 2) opts += "," + a.substr(2);
-    else if (!a.empty() && a[0] == '-') return Usage(("unknown option " + a).c_str());
-    else if (mountpoint.empty()) mountpoint = a;
-    else return Usage("more than one mount point given");
-  }
-  if (mountpoint.empty()) return Usage("no mount point given");
-  // Our own -o keys are taken out; the rest go to libfuse.
-  {
-    std::string rest;
-    size_t pos = 0;
-    while (pos <= opts.size()) {
-      size_t comma = opts.find(',', pos);
-      std::string o = opts.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      pos = comma == std::string::npos ? opts.size() + 1 : comma + 1;
-      double* target = nullptr;
-      std::string key = o.substr(0, o.find('='));
-      if (key == "attr_timeout") target = &g_timeouts.attr;
-      if (key == "entry_timeout") target = &g_timeouts.entry;
-      if (key == "negative_timeout") target = &g_timeouts.negative;
-      if (!target) {
-        if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
-        continue;
-      }
+  bool foreground = false;
+  bool debug = false;
+  bool fake = false;  // mount -f: do everything but mount
+  std::string fuse_opts = "default_permissions,fsname=clio,subtype=clio";
+};
+
+// Options mount(8) and fstab pass that mean nothing to FUSE.
+bool IsMountOnlyOption(const std::string& key) {
+  static const char* kIgnored[] = {"defaults", "auto", "noauto", "user", "nouser", "users",
+                                   "_netdev", "nofail", "owner", "group", "comment"};
+  for (const char* k : kIgnored)
+    if (key == k) return true;
+  return key.rfind("x-", 0) == 0 || key.rfind("comment=", 0) == 0;
+}
+
+// Takes CLIO's own -o keys out of `opts` (timeouts, conf) and mount(8)-only ones; returns the
+// rest for libfuse, or an error message.
+Result<std::string> TakeOwnOptions(const std::string& opts) {
+  std::string rest;
+  size_t pos = 0;
+  while (pos <= opts.size()) {
+    size_t comma = opts.find(',', pos);
+    std::string o = opts.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? opts.size() + 1 : comma + 1;
+    std::string key = o.substr(0, o.find('='));
+    std::string val = o.find('=') == std::string::npos ? "" : o.substr(o.find('=') + 1);
+    double* target = nullptr;
+    if (key == "attr_timeout") target = &g_timeouts.attr;
+    if (key == "entry_timeout") target = &g_timeouts.entry;
+    if (key == "negative_timeout") target = &g_timeouts.negative;
+    if (target) {
       char* end = nullptr;
-      std::string val = o.find('=') == std::string::npos ? "" : o.substr(o.find('=') + 1);
       *target = std::strtod(val.c_str(), &end);
       if (val.empty() || *end || *target < 0 || *target > 86400)
-        return Usage(("bad value in -o " + o + " (seconds, 0 to 86400)").c_str());
+        return InvalidArgument("bad value in -o " + o + " (seconds, 0 to 86400)");
+    } else if (key == "conf") {
+      if (val.empty()) return InvalidArgument("-o conf needs a file");
+      ::setenv("CLIO_CONF", val.c_str(), 1);
+    } else if (!o.empty() && !IsMountOnlyOption(key)) {
+      rest += (rest.empty() ? "" : ",") + o;
     }
-    opts = rest;
   }
+  return rest;
+}
+
+// clio-fuse MOUNTPOINT [options], or, invoked as mount.clio / mount.fuse.clio by mount(8):
+// SOURCE MOUNTPOINT [-o opts] [-n] [-s] [-f] [-v] (the mount helper convention).
+Result<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  std::string name = argv[0];
+  name = name.substr(name.rfind('/') + 1);
+  const bool helper = name.rfind("mount.", 0) == 0;
+  std::string opts;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "-o" && i + 1 < argc) opts += std::string(",") + argv[++i];
+    else if (s.rfind("-o", 0) == 0 && s.size() > 2) opts += "," + s.substr(2);
+    else if (helper && (s == "-n" || s == "-s" || s == "-v")) continue;  // no mtab, sloppy, verbose
+    else if (helper && s == "-f") a.fake = true;
+    else if (!helper && (s == "-f" || s == "--foreground")) a.foreground = true;
+    else if (!helper && (s == "-d" || s == "--debug")) a.debug = a.foreground = true;
+    else if (!s.empty() && s[0] == '-') return InvalidArgument("unknown option " + s);
+    else positional.push_back(s);
+  }
+  if (helper) {
+    if (positional.size() != 2) return InvalidArgument("expected SOURCE MOUNTPOINT");
+    a.mountpoint = positional[1];
+  } else {
+    if (positional.empty()) return InvalidArgument("no mount point given");
+    if (positional.size() > 1) return InvalidArgument("more than one mount point given");
+    a.mountpoint = positional[0];
+  }
+  CLIO_ASSIGN_OR_RETURN(std::string rest, TakeOwnOptions(opts));
+  if (!rest.empty()) a.fuse_opts += "," + rest;
+  return a;
+}
+
+int Main(int argc, char** argv) {
+  InitLogging("fuse");
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") return Usage(nullptr), 0;
+  auto parsed = ParseArgs(argc, argv);
+  if (!parsed.ok()) return Usage(parsed.status().message().c_str());
+  const std::string mountpoint = parsed->mountpoint;
+  const bool foreground = parsed->foreground, debug = parsed->debug;
+  const std::string opts = parsed->fuse_opts;
 
   char real[PATH_MAX];
   struct stat st {};
@@ -558,6 +607,7 @@ int Main(int argc, char** argv) {
   co.connect_wait_ms = 30000;  // from now on, ride out a runtime restart
   state.client = std::move(RuntimeClient::Connect(co)).value();
 
+  if (parsed->fake) return 0;  // mount -f: everything checked, nothing mounted
   std::vector<std::string> args = {"clio-fuse", "-o", opts};
   if (debug) args.push_back("-d");
   std::vector<char*> av;

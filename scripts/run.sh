@@ -10,6 +10,8 @@ bash scripts/build.sh release
 bin=$PWD/build-release
 if [[ $(id -u) -eq 0 ]]; then
   cmake --install build-release --prefix /usr/local >/dev/null
+  # mount(8) looks for its helpers in /sbin: `mount -t fuse.clio` and /etc/fstab need these.
+  for n in mount.clio mount.fuse.clio; do ln -sf /usr/local/bin/clio-fuse "/usr/sbin/$n"; done
   bin_run=/usr/local/bin/clio_run; bin_fuse=/usr/local/bin/clio-fuse; bin_ctl=/usr/local/bin/clioctl
 else
   bin_run=$bin/cli/clio_run; bin_fuse=$bin/fs/clio-fuse; bin_ctl=$bin/cli/clioctl
