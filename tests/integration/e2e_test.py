@@ -297,10 +297,14 @@ class Env:
         log(f"runtime pid {pid} killed with SIGKILL")
 
     # -- mount ---------------------------------------------------------------------------
-    def mount(self, mnt=None):
+    def mount(self, mnt=None, options=()):
+        """Mounts with clio-fuse; options are extra -o options (e.g. ["allow_other"])."""
         mnt = mnt or self.mnt
         self.mountpoints.add(mnt)
-        cp = run_cmd([self.clio_fuse, mnt], env=self.env(),
+        argv = [self.clio_fuse, mnt]
+        if options:
+            argv += ["-o", ",".join(options)]
+        cp = run_cmd(argv, env=self.env(),
                      keep_as=self.logs("clio-fuse-" + os.path.basename(mnt)))
         check(cp.returncode == 0, f"clio-fuse {mnt} failed\n" + describe(cp))
         wait_until(lambda: is_mounted(mnt), f"{mnt} to appear in /proc/self/mounts")
