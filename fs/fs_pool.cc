@@ -1,5 +1,7 @@
 #include "fs/fs_pool.h"
 
+#include <fcntl.h>
+
 #include "common/codec.h"
 #include "daemon/ipc.h"
 #include "placement/cte_pool.h"
@@ -108,13 +110,15 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       return e.Take();
     }
     case FsMethod::kOpen:
+      d.Get(&ino); d.Get(&flags);
+      CLIO_RETURN_IF_ERROR(done("open"));
+      return Empty(ns_->Open(ino, (flags & O_TRUNC) != 0));
     case FsMethod::kRelease:
     case FsMethod::kFlush:
     case FsMethod::kFsync:
       d.Get(&ino);
-      CLIO_RETURN_IF_ERROR(done("open/release/flush/fsync"));
+      CLIO_RETURN_IF_ERROR(done("release/flush/fsync"));
       switch (static_cast<FsMethod>(method)) {
-        case FsMethod::kOpen: return Empty(ns_->Open(ino));
         case FsMethod::kRelease: return Empty(ns_->Release(ino));
         case FsMethod::kFlush: return Empty(ns_->Flush(ino));
         default: return Empty(ns_->Fsync(ino));

@@ -217,7 +217,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Encoder e;
-  e.Put<uint64_t>(ino);
+  e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
   auto r = Call(req, FsMethod::kOpen, e);
   if (!r.ok()) return ReplyErr(req, r.status());
   fi->keep_cache = 1;  // this mount is the only writer of its files
@@ -261,13 +261,21 @@ struct DirHandle {
 };
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  // Counted like a file open, so an rmdir while open keeps the inode until releasedir.
+  Encoder open;
+  open.Put<uint64_t>(ino).Put<uint32_t>(0);
+  auto o = Call(req, FsMethod::kOpen, open);
+  if (!o.ok()) return ReplyErr(req, o.status());
   auto h = std::make_unique<DirHandle>();
   std::string after;
   while (true) {
     Encoder e;
     e.Put<uint64_t>(ino).PutBytes(after).Put<uint32_t>(kReadDirPage);
     auto r = Call(req, FsMethod::kReadDir, e);
-    if (!r.ok()) return ReplyErr(req, r.status());
+    if (!r.ok()) {
+      ReleaseQuietly(req, ino);
+      return ReplyErr(req, r.status());
+    }
     Decoder d(*r);
     uint32_t n = 0;
     d.Get(&n);
@@ -277,12 +285,19 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       DecodeAttr(&d, &ent.attr);
       h->entries.push_back(std::move(ent));
     }
-    if (!d.Finish("readdir").ok()) return (void)fuse_reply_err(req, EIO);
+    if (!d.Finish("readdir").ok()) {
+      ReleaseQuietly(req, ino);
+      return (void)fuse_reply_err(req, EIO);
+    }
     if (n < kReadDirPage) break;
     after = h->entries.back().name;
   }
   fi->fh = reinterpret_cast<uint64_t>(h.get());
-  if (fuse_reply_open(req, fi) == 0) (void)h.release();  // else no releasedir will come
+  if (fuse_reply_open(req, fi) == 0) {
+    (void)h.release();
+  } else {
+    ReleaseQuietly(req, ino);  // interrupted: no releasedir will come
+  }
 }
 
 void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
@@ -332,9 +347,9 @@ void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
 void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   ReadDirCommon(req, ino, size, off, fi, true);
 }
-void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   delete reinterpret_cast<DirHandle*>(fi->fh);
-  fuse_reply_err(req, 0);
+  InoCall(req, FsMethod::kRelease, ino);
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {

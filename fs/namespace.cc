@@ -172,6 +172,11 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   a.atime_ns = a.mtime_ns = a.ctime_ns = now;
   a.parent = parent;
   a.rdev = rdev;
+  if (dir.mode & S_ISGID) {
+    // A setgid directory hands its group down, and its setgid bit to subdirectories.
+    a.gid = dir.gid;
+    if (S_ISDIR(mode)) a.mode |= S_ISGID;
+  }
   dir.mtime_ns = dir.ctime_ns = now;
   if (S_ISDIR(mode)) ++dir.nlink;
   KvBatch b;
@@ -267,7 +272,15 @@ Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t ino, std::string_view 
   return out;
 }
 
-Status Namespace::Open(uint64_t ino) {
+Status Namespace::Open(uint64_t ino, bool truncate) {
+  if (truncate) {
+    // open(O_TRUNC): libfuse asks the kernel for atomic O_TRUNC, so the truncation arrives
+    // here, with the open, and nowhere else.
+    SetAttrRequest req;
+    req.valid = kSetSize;
+    req.size = 0;
+    CLIO_RETURN_IF_ERROR(SetAttr(ino, req).status());
+  }
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
   (void)a;

@@ -56,7 +56,9 @@ class Namespace {
   // Entries after `start_after` in name order, at most `limit` (0 = all).
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino, std::string_view start_after, uint32_t limit);
 
-  Status Open(uint64_t ino);
+  // Counts an open of a file or directory (names removed while open keep the inode until the
+  // last Release). `truncate`: open(O_TRUNC), the size becomes 0 first.
+  Status Open(uint64_t ino, bool truncate = false);
   Status Release(uint64_t ino);
   Result<std::string> Read(uint64_t ino, uint64_t offset, uint32_t len);
   // Returns the bytes stored: fewer than asked when a tier filled up part-way (a short write).

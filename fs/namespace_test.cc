@@ -454,3 +454,59 @@ TEST_CASE("fallocate extends, keeps size and punches holes that cost nothing") {
   CHECK(f.ns->Fallocate(ino, FALLOC_FL_PUNCH_HOLE, 0, 10).code() == Code::kInvalidArgument);
   CHECK(f.ns->Fallocate(ino, FALLOC_FL_COLLAPSE_RANGE, 0, 4096).code() == Code::kNotSupported);
 }
+
+TEST_CASE("open with truncate empties the file, and the old bytes never come back") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "t");
+  REQUIRE(f.ns->Write(ino, 0, std::string(8192, 'A')).ok());
+  REQUIRE(f.ns->Open(ino, /*truncate=*/true).ok());
+  CHECK(f.ns->GetAttr(ino)->size == 0);
+  SetAttrRequest grow;
+  grow.valid = kSetSize;
+  grow.size = 8192;
+  REQUIRE(f.ns->SetAttr(ino, grow).ok());
+  CHECK(*f.ns->Read(ino, 0, 8192) == std::string(8192, '\0'));
+  REQUIRE(f.ns->Release(ino).ok());
+}
+
+TEST_CASE("a directory removed while open keeps its inode, with no links, until released") {
+  NsFixture f;
+  auto d = f.ns->Mkdir(kRootIno, "gone", 0755, 0, 0);
+  REQUIRE(d.ok());
+  REQUIRE(f.ns->Open(d->ino).ok());
+  REQUIRE(f.ns->Rmdir(kRootIno, "gone").ok());
+  CHECK(f.ns->Lookup(kRootIno, "gone").status().code() == Code::kNotFound);
+  auto a = f.ns->GetAttr(d->ino);
+  REQUIRE(a.ok());
+  CHECK(a->nlink == 0);
+  CHECK(f.ns->ReadDir(d->ino, "", 0)->empty());
+  CHECK(f.ns->Create(d->ino, "x", 0644, 0, 0).status().code() == Code::kNotFound);
+  REQUIRE(f.ns->Release(d->ino).ok());
+  CHECK(f.ns->GetAttr(d->ino).status().code() == Code::kNotFound);
+  CHECK(f.kv->Scan("o/", "", 0)->empty());
+}
+
+TEST_CASE("a setgid directory hands down its group, and its setgid bit to subdirectories") {
+  NsFixture f;
+  auto d = f.ns->Mkdir(kRootIno, "shared", 02775, 0, 4242);
+  REQUIRE(d.ok());
+  CHECK((d->mode & S_ISGID) != 0);
+  auto sub = f.ns->Mkdir(d->ino, "sub", 0755, 1000, 1000);
+  REQUIRE(sub.ok());
+  CHECK(sub->gid == 4242);
+  CHECK((sub->mode & S_ISGID) != 0);
+  auto file = f.ns->Create(d->ino, "file", 0644, 1000, 1000);
+  REQUIRE(file.ok());
+  CHECK(file->gid == 4242);
+  CHECK((file->mode & S_ISGID) == 0);
+}
+
+TEST_CASE("only the user, trusted and security attribute namespaces are stored") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "x");
+  CHECK(f.ns->SetXattr(ino, "bogus.x", "1", 0).code() == Code::kNotSupported);
+  CHECK(f.ns->SetXattr(ino, "user.", "1", 0).code() == Code::kNotSupported);
+  CHECK(f.ns->SetXattr(ino, "system.posix_acl_access", "1", 0).code() == Code::kNotSupported);
+  CHECK(f.ns->SetXattr(ino, "trusted.t", "1", 0).ok());
+  CHECK(f.ns->SetXattr(ino, "security.s", "1", 0).ok());
+}

@@ -88,8 +88,18 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   CLIO_RETURN_IF_ERROR(IsEmptyDir(victim.ino));
   KvBatch b;
   b.Delete(DentryKey(parent, name));
-  b.Delete(InodeKey(victim.ino));
-  CLIO_RETURN_IF_ERROR(DeleteXattrs(victim.ino, &b));
+  auto open = open_counts_.find(victim.ino);
+  if (open != open_counts_.end() && open->second > 0) {
+    // Still open (an fd on it, a shell's cwd): it lives on, empty and with no links, as an
+    // orphan until the last Release(), so fstat on that fd keeps working.
+    victim.nlink = 0;
+    victim.ctime_ns = NowNs();
+    b.Put(InodeKey(victim.ino), EncodeInode(victim, {}));
+    b.Put(OrphanKey(victim.ino), "");
+  } else {
+    b.Delete(InodeKey(victim.ino));
+    CLIO_RETURN_IF_ERROR(DeleteXattrs(victim.ino, &b));
+  }
   dir.mtime_ns = dir.ctime_ns = NowNs();
   if (dir.nlink > 2) --dir.nlink;
   b.Put(InodeKey(parent), EncodeInode(dir, {}));

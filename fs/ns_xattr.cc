@@ -21,7 +21,10 @@ Status ValidateXattrName(std::string_view name) {
   if (name.empty()) return InvalidArgument("empty attribute name");
   if (name.size() > kMaxXattrNameLen) return Status(Code::kRangeError, "attribute name longer than 255 bytes");
   if (name.find('\0') != std::string_view::npos) return InvalidArgument("attribute name contains NUL");
-  return Status::Ok();
+  // The namespaces Linux defines that CLIO stores; system.* (ACLs) is not supported yet.
+  for (std::string_view ns : {"user.", "trusted.", "security."})
+    if (name.substr(0, ns.size()) == ns && name.size() > ns.size()) return Status::Ok();
+  return Status(Code::kNotSupported, "attribute namespace not supported: '" + std::string(name) + "'");
 }
 
 }  // namespace

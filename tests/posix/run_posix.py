@@ -42,22 +42,6 @@ PROG_TIMEOUT = 300           # seconds, one external program
 # programs; ID is the check id as conformance.py prints it (group.case) or a program check.
 # Each one is a bug to fix in fs/ (or below); remove the entry with the fix.
 KNOWN_FAILURES = {
-    "root:open.trunc_then_read_no_stale":
-        "open(O_TRUNC) is not passed to the runtime (atomic_o_trunc): old bytes come back",
-    "user:open.trunc_then_read_no_stale":
-        "open(O_TRUNC) is not passed to the runtime (atomic_o_trunc): old bytes come back",
-    "root:remount.same_tree":
-        "open(O_TRUNC) is lost in the runtime: after a remount the old contents are back",
-    "root:rmdir.open_dir_then_rmdir":
-        "fstat of an open fd of a removed directory fails with ENOENT",
-    "user:rmdir.open_dir_then_rmdir":
-        "fstat of an open fd of a removed directory fails with ENOENT",
-    "root:mkdir.setgid_inherit":
-        "a directory or file made in a setgid directory does not take its group (nor S_ISGID)",
-    "root:xattr.unknown_namespace":
-        "setxattr accepts names outside user./trusted./security./system. (want EOPNOTSUPP)",
-    "user:xattr.unknown_namespace":
-        "setxattr accepts names outside user./trusted./security./system. (want EOPNOTSUPP)",
     "root:largefile.sparse_blocks":
         "st_blocks is size/512, so holes count as allocated (du of a sparse 5 GiB file is 5 GiB)",
     "user:largefile.sparse_blocks":
