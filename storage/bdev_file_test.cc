@@ -22,6 +22,10 @@
 using namespace clio;
 using clio::testing::Pattern;
 using clio::testing::SupportsDirect;
+using clio::testing::FileConfig;
+using clio::testing::FileSize;
+using clio::testing::MustAllocate;
+using clio::testing::MustOpen;
 using clio::testing::TempDir;
 
 namespace {
@@ -30,34 +34,6 @@ constexpr uint64_t kMiB = 1024 * 1024;
 
 constexpr IoBackend kAsyncBackends[] = {IoBackend::kUring, IoBackend::kLibaio,
                                         IoBackend::kPosixAio};
-
-BdevConfig FileConfig(const TempDir& dir, const std::string& name, uint64_t capacity,
-                      uint64_t growth_unit) {
-  BdevConfig c;
-  c.name = dir.File(name);
-  c.type = BdevType::kFile;
-  c.capacity = capacity;
-  c.growth_unit = growth_unit;
-  return c;
-}
-
-std::unique_ptr<Bdev> MustOpen(const BdevConfig& c) {
-  auto r = Bdev::Open(c);
-  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
-  return std::move(r).value();
-}
-
-ExtentList MustAllocate(Bdev* b, uint64_t bytes) {
-  auto r = b->Allocate(bytes);
-  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
-  return std::move(r).value();
-}
-
-uint64_t FileSize(const std::string& path) {
-  struct stat st;
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return static_cast<uint64_t>(st.st_size);
-}
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -18,22 +18,16 @@
 using namespace clio;
 using clio::testing::Disjoint;
 using clio::testing::Pattern;
+using clio::testing::FileConfig;
+using clio::testing::FileSize;
+using clio::testing::MustAllocate;
+using clio::testing::MustOpen;
 using clio::testing::TempDir;
 
 namespace {
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * 1024;
-
-BdevConfig FileConfig(const TempDir& dir, const std::string& name, uint64_t capacity,
-                      uint64_t growth_unit = kMiB) {
-  BdevConfig c;
-  c.name = dir.File(name);
-  c.type = BdevType::kFile;
-  c.capacity = capacity;
-  c.growth_unit = growth_unit;
-  return c;
-}
 
 BdevConfig MemConfig(BdevType type, const std::string& name, uint64_t capacity) {
   BdevConfig c;
@@ -42,18 +36,6 @@ BdevConfig MemConfig(BdevType type, const std::string& name, uint64_t capacity) 
   c.capacity = capacity;
   c.populate_unit = kMiB;
   return c;
-}
-
-std::unique_ptr<Bdev> MustOpen(const BdevConfig& c) {
-  auto r = Bdev::Open(c);
-  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
-  return std::move(r).value();
-}
-
-ExtentList MustAllocate(Bdev* b, uint64_t bytes) {
-  auto r = b->Allocate(bytes);
-  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
-  return std::move(r).value();
 }
 
 // Allocates small blocks until the device says NoSpace; returns them all.
@@ -68,12 +50,6 @@ std::vector<Extent> AllocateUntilFull(Bdev* b, uint64_t bytes) {
     got.insert(got.end(), r->begin(), r->end());
   }
   return got;
-}
-
-uint64_t FileSize(const std::string& path) {
-  struct stat st;
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return static_cast<uint64_t>(st.st_size);
 }
 
 void AppendBytes(const std::string& path, const std::string& bytes) {

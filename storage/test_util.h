@@ -1,7 +1,9 @@
-// Helpers shared by the storage tests: a temporary directory and extent checks.
+// Helpers shared by the storage tests: a temporary directory, device set-up and extent checks.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -34,6 +36,35 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A file device config in `dir`.
+inline BdevConfig FileConfig(const TempDir& dir, const std::string& name, uint64_t capacity,
+                             uint64_t growth_unit = 1024 * 1024) {
+  BdevConfig c;
+  c.name = dir.File(name);
+  c.type = BdevType::kFile;
+  c.capacity = capacity;
+  c.growth_unit = growth_unit;
+  return c;
+}
+
+inline std::unique_ptr<Bdev> MustOpen(const BdevConfig& c) {
+  auto r = Bdev::Open(c);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  return std::move(r).value();
+}
+
+inline ExtentList MustAllocate(Bdev* b, uint64_t bytes) {
+  auto r = b->Allocate(bytes);
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  return std::move(r).value();
+}
+
+inline uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return static_cast<uint64_t>(st.st_size);
+}
 
 // True when no two extents of `all` overlap.
 inline bool Disjoint(std::vector<Extent> all) {
