@@ -18,7 +18,8 @@
 namespace clio {
 
 inline constexpr uint32_t kIpcMagic = 0x4f494c43;  // "CLIO"
-inline constexpr uint16_t kIpcVersion = 1;
+// 2: attributes carry rdev, Open carries flags, status codes gained NoData..RangeError.
+inline constexpr uint16_t kIpcVersion = 2;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 
 struct RequestHeader {

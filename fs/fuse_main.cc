@@ -16,11 +16,13 @@
 #include <fstream>
 #include <memory>
 #include <new>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "fs/errno_map.h"
@@ -38,9 +40,37 @@ struct Timeouts {
 Timeouts g_timeouts;  // set once in Main() before the session starts
 constexpr uint32_t kReadDirPage = 1024;
 
+// Inodes known to have no security.capability attribute. The kernel asks for it before every
+// write (to drop file capabilities), which would otherwise cost a runtime round trip per
+// write(2). This mount is the only writer of the namespace, so the answer stays true until it
+// sets or removes that attribute itself.
+class NoCapabilityCache {
+ public:
+  static constexpr std::string_view kName = "security.capability";
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return inos_.count(ino) != 0;
+  }
+  void Add(uint64_t ino) {
+    MutexLock l(&mu_);
+    if (inos_.size() >= kMaxEntries) inos_.clear();  // a bound, not an eviction policy
+    inos_.insert(ino);
+  }
+  void Remove(uint64_t ino) {
+    MutexLock l(&mu_);
+    inos_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 20;
+  Mutex mu_;
+  std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
+};
+
 struct FuseState {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
+  NoCapabilityCache no_caps;
 };
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
@@ -211,6 +241,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
   fuse_entry_param ent = ToEntry(a);
   fi->keep_cache = 1;
+  State(req)->no_caps.Add(a.ino);  // a new file has no attributes
   // If the caller was interrupted the kernel never sends release: undo the open here.
   if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
 }
@@ -367,6 +398,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  if (name == NoCapabilityCache::kName) State(req)->no_caps.Remove(ino);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
   ReplyStatus(req, Call(req, FsMethod::kSetXattr, e));
@@ -381,9 +413,13 @@ void ReplyXattr(fuse_req_t req, const Result<std::string>& r, size_t size) {
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  const bool caps = name == NoCapabilityCache::kName;
+  if (caps && State(req)->no_caps.Has(ino)) return (void)fuse_reply_err(req, ENODATA);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name);
-  ReplyXattr(req, Call(req, FsMethod::kGetXattr, e), size);
+  auto r = Call(req, FsMethod::kGetXattr, e);
+  if (caps && r.status().code() == Code::kNoData) State(req)->no_caps.Add(ino);
+  ReplyXattr(req, r, size);
 }
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
@@ -393,6 +429,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  if (name == NoCapabilityCache::kName) State(req)->no_caps.Remove(ino);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name);
   ReplyStatus(req, Call(req, FsMethod::kRemoveXattr, e));

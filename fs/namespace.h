@@ -103,6 +103,8 @@ class Namespace {
   // Forgets file bytes at and past `new_size`.
   Status ClipData(uint64_t ino, uint64_t new_size);
   Status IsEmptyDir(uint64_t ino);
+  // Removes an empty directory's inode in `b`, or keeps it as an orphan while it is open.
+  Status DropEmptyDir(InodeAttr victim, KvBatch* b) REQUIRES(mu_);
 
   KvStore* const kv_;
   Cte* const cte_;

@@ -510,3 +510,46 @@ TEST_CASE("only the user, trusted and security attribute namespaces are stored")
   CHECK(f.ns->SetXattr(ino, "trusted.t", "1", 0).ok());
   CHECK(f.ns->SetXattr(ino, "security.s", "1", 0).ok());
 }
+
+TEST_CASE("inode records of format version 1 (before rdev) are still read") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "old");
+  // The version 1 layout: u8 1, the attr without rdev, the symlink target.
+  InodeAttr a = *f.ns->GetAttr(ino);
+  Encoder e;
+  e.Put<uint8_t>(1).Put(a.ino).Put(a.mode).Put(a.nlink).Put(a.uid).Put(a.gid).Put(a.size)
+      .Put(a.atime_ns).Put(a.mtime_ns).Put(a.ctime_ns).Put(a.parent).PutBytes("");
+  KvBatch b;
+  std::string key = "i/";
+  AppendBigEndian64(&key, ino);
+  b.Put(key, e.Take());
+  REQUIRE(f.kv->Apply(std::move(b)).ok());
+  auto back = f.ns->GetAttr(ino);
+  REQUIRE(back.ok());
+  CHECK(back->ino == ino);
+  CHECK(back->mode == a.mode);
+  CHECK(back->rdev == 0);
+  std::string bad = "\x09";
+  KvBatch c;
+  c.Put(key, bad);
+  REQUIRE(f.kv->Apply(std::move(c)).ok());
+  CHECK(f.ns->GetAttr(ino).status().code() == Code::kCorruption);
+}
+
+TEST_CASE("a directory replaced by rename while open survives as an orphan; removed ones take no names") {
+  NsFixture f;
+  REQUIRE(f.ns->Mkdir(kRootIno, "a", 0755, 0, 0).ok());
+  auto b = f.ns->Mkdir(kRootIno, "b", 0755, 0, 0);
+  REQUIRE(b.ok());
+  REQUIRE(f.ns->Open(b->ino).ok());
+  REQUIRE(f.ns->Rename(kRootIno, "a", kRootIno, "b", 0).ok());
+  auto old = f.ns->GetAttr(b->ino);
+  REQUIRE(old.ok());
+  CHECK(old->nlink == 0);
+  // Nothing may be linked, renamed or swapped into the removed directory.
+  uint64_t file = f.Create(kRootIno, "f");
+  CHECK(f.ns->Link(file, b->ino, "x").status().code() == Code::kNotFound);
+  CHECK(f.ns->Rename(kRootIno, "f", b->ino, "x", 0).code() == Code::kNotFound);
+  REQUIRE(f.ns->Release(b->ino).ok());
+  CHECK(f.ns->GetAttr(b->ino).status().code() == Code::kNotFound);
+}

@@ -126,22 +126,20 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
     }
   }
   // Tiers are not reserved ahead of writes yet, so the default mode only extends the size:
-  // a later write can still meet ENOSPC (documented in fs/README.md).
-  if (keep || offset + len <= a.size) {
-    if (!punch) return Status::Ok();
-    MutexLock l(&mu_);
-    CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-    if (!v) return NotFound("file was removed");
-    CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
-    a.mtime_ns = a.ctime_ns = NowNs();
-    KvBatch b;
-    b.Put(InodeKey(ino), EncodeInode(a, {}));
-    return kv_->Apply(std::move(b));
-  }
-  SetAttrRequest grow;
-  grow.valid = kSetSize;
-  grow.size = offset + len;
-  return SetAttr(ino, grow).status();
+  // a later write can still meet ENOSPC (documented in fs/README.md). The size is compared
+  // and raised under mu_ against the current inode, never lowered, and nothing is clipped:
+  // the kernel does not hold back writeback for fallocate as it does for truncate, so a
+  // write may be storing blobs past the old size right now.
+  if (!punch && keep) return Status::Ok();
+  MutexLock l(&mu_);
+  CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
+  if (!v) return NotFound("file was removed");
+  CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
+  if (!keep) a.size = std::max(a.size, offset + len);
+  a.mtime_ns = a.ctime_ns = NowNs();
+  KvBatch b;
+  b.Put(InodeKey(ino), EncodeInode(a, {}));
+  return kv_->Apply(std::move(b));
 }
 
 }  // namespace clio

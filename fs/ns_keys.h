@@ -11,7 +11,8 @@
 
 namespace clio::ns {
 
-constexpr uint8_t kInodeVersion = 1;
+// Version 2 added rdev after parent; version 1 records (no rdev) are still read.
+constexpr uint8_t kInodeVersion = 2;
 constexpr std::string_view kNextInoKey = "m/next_ino";
 
 inline std::string InodeKey(uint64_t ino) {
@@ -55,9 +56,15 @@ inline Result<InodeAttr> DecodeInode(std::string_view v, std::string* target) {
   InodeAttr a;
   std::string t;
   d.Get(&version);
-  if (!d.failed() && version != kInodeVersion)
+  if (!d.failed() && version != kInodeVersion && version != 1)
     return Corruption("inode record has unknown format version " + std::to_string(version));
-  DecodeAttr(&d, &a);
+  if (version == 1) {
+    d.Get(&a.ino) && d.Get(&a.mode) && d.Get(&a.nlink) && d.Get(&a.uid) && d.Get(&a.gid) &&
+        d.Get(&a.size) && d.Get(&a.atime_ns) && d.Get(&a.mtime_ns) && d.Get(&a.ctime_ns) &&
+        d.Get(&a.parent);
+  } else {
+    DecodeAttr(&d, &a);
+  }
   d.GetString(&t);
   CLIO_RETURN_IF_ERROR(d.Finish("inode record"));
   if (target) *target = std::move(t);

@@ -77,6 +77,22 @@ Status Namespace::IsEmptyDir(uint64_t ino) {
   return Status::Ok();
 }
 
+Status Namespace::DropEmptyDir(InodeAttr victim, KvBatch* b) {
+  auto open = open_counts_.find(victim.ino);
+  if (open != open_counts_.end() && open->second > 0) {
+    // Still open (opendir'd): it lives on, empty and with no links, as an orphan until the
+    // last Release(), so fstat on that descriptor keeps working. (A process's working
+    // directory holds no open with FUSE, so that case is not covered.)
+    victim.nlink = 0;
+    victim.ctime_ns = NowNs();
+    b->Put(InodeKey(victim.ino), EncodeInode(victim, {}));
+    b->Put(OrphanKey(victim.ino), "");
+    return Status::Ok();
+  }
+  b->Delete(InodeKey(victim.ino));
+  return DeleteXattrs(victim.ino, b);
+}
+
 Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   MutexLock l(&mu_);
   if (name == ".") return InvalidArgument("cannot remove '.'");
@@ -88,18 +104,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   CLIO_RETURN_IF_ERROR(IsEmptyDir(victim.ino));
   KvBatch b;
   b.Delete(DentryKey(parent, name));
-  auto open = open_counts_.find(victim.ino);
-  if (open != open_counts_.end() && open->second > 0) {
-    // Still open (an fd on it, a shell's cwd): it lives on, empty and with no links, as an
-    // orphan until the last Release(), so fstat on that fd keeps working.
-    victim.nlink = 0;
-    victim.ctime_ns = NowNs();
-    b.Put(InodeKey(victim.ino), EncodeInode(victim, {}));
-    b.Put(OrphanKey(victim.ino), "");
-  } else {
-    b.Delete(InodeKey(victim.ino));
-    CLIO_RETURN_IF_ERROR(DeleteXattrs(victim.ino, &b));
-  }
+  CLIO_RETURN_IF_ERROR(DropEmptyDir(victim, &b));
   dir.mtime_ns = dir.ctime_ns = NowNs();
   if (dir.nlink > 2) --dir.nlink;
   b.Put(InodeKey(parent), EncodeInode(dir, {}));
@@ -126,6 +131,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     InodeAttr other_dir;
     if (parent != new_parent) {
       CLIO_ASSIGN_OR_RETURN(other_dir, LoadDir(new_parent));
+      if (other_dir.nlink == 0) return NotFound("target directory was removed");
     }
     InodeAttr& dst_dir = parent == new_parent ? src_dir : other_dir;
     const bool is_dir = S_ISDIR(src.mode);
@@ -148,8 +154,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
       if (S_ISDIR(victim.mode)) {
         if (!is_dir) return Status(Code::kIsDirectory, "'" + std::string(new_name) + "' is a directory");
         CLIO_RETURN_IF_ERROR(IsEmptyDir(victim.ino));
-        b.Delete(InodeKey(victim.ino));
-        CLIO_RETURN_IF_ERROR(DeleteXattrs(victim.ino, &b));
+        CLIO_RETURN_IF_ERROR(DropEmptyDir(victim, &b));
         if (dst_dir.nlink > 2) --dst_dir.nlink;
       } else {
         if (is_dir) return Status(Code::kNotDirectory, "'" + std::string(new_name) + "' is not a directory");
@@ -196,6 +201,7 @@ Status Namespace::Exchange(uint64_t parent, std::string_view name, uint64_t new_
   InodeAttr other;
   if (parent != new_parent) {
     CLIO_ASSIGN_OR_RETURN(other, LoadDir(new_parent));
+    if (other.nlink == 0) return NotFound("target directory was removed");
   }
   InodeAttr& dir_b = parent == new_parent ? dir_a : other;
   // Neither directory may end up inside itself.
@@ -252,6 +258,7 @@ Result<InodeAttr> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string
   if (S_ISDIR(a.mode)) return Status(Code::kNotPermitted, "hard links to directories are not allowed");
   if (a.nlink == 0) return NotFound("file was removed");
   CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(new_parent));
+  if (dir.nlink == 0) return NotFound("target directory was removed");
   std::string dkey = DentryKey(new_parent, new_name);
   CLIO_ASSIGN_OR_RETURN(auto existing, kv_->Get(dkey));
   if (existing) return Status(Code::kAlreadyExists, "'" + std::string(new_name) + "' exists");
