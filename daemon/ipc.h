@@ -19,7 +19,8 @@ namespace clio {
 
 inline constexpr uint32_t kIpcMagic = 0x4f494c43;  // "CLIO"
 // 2: attributes carry rdev, Open carries flags, status codes gained NoData..RangeError.
-inline constexpr uint16_t kIpcVersion = 2;
+// 3: attributes carry the stored byte count.
+inline constexpr uint16_t kIpcVersion = 3;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 
 struct RequestHeader {

@@ -4,13 +4,13 @@ namespace clio {
 
 void EncodeAttr(Encoder* e, const InodeAttr& a) {
   e->Put(a.ino).Put(a.mode).Put(a.nlink).Put(a.uid).Put(a.gid).Put(a.size);
-  e->Put(a.atime_ns).Put(a.mtime_ns).Put(a.ctime_ns).Put(a.parent).Put(a.rdev);
+  e->Put(a.atime_ns).Put(a.mtime_ns).Put(a.ctime_ns).Put(a.parent).Put(a.rdev).Put(a.stored);
 }
 
 bool DecodeAttr(Decoder* d, InodeAttr* a) {
   return d->Get(&a->ino) && d->Get(&a->mode) && d->Get(&a->nlink) && d->Get(&a->uid) &&
          d->Get(&a->gid) && d->Get(&a->size) && d->Get(&a->atime_ns) && d->Get(&a->mtime_ns) &&
-         d->Get(&a->ctime_ns) && d->Get(&a->parent) && d->Get(&a->rdev);
+         d->Get(&a->ctime_ns) && d->Get(&a->parent) && d->Get(&a->rdev) && d->Get(&a->stored);
 }
 
 void EncodeSetAttr(Encoder* e, const SetAttrRequest& r) {

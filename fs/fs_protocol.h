@@ -29,6 +29,7 @@ struct InodeAttr {
   int64_t ctime_ns = 0;
   uint64_t parent = 0;  // directories: the parent directory (for rename cycle checks)
   uint64_t rdev = 0;    // device number of character and block special files
+  uint64_t stored = 0;  // regular files: bytes that hold data (holes excluded), for st_blocks
 };
 
 struct DirEntry {

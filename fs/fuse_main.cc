@@ -90,7 +90,8 @@ struct stat ToStat(const InodeAttr& a) {
   st.st_size = static_cast<off_t>(a.size);
   st.st_rdev = static_cast<dev_t>(a.rdev);
   st.st_blksize = 4096;
-  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  // Holes cost nothing: blocks count the bytes that hold data, not the size.
+  st.st_blocks = static_cast<blkcnt_t>((a.stored + 511) / 512);
   st.st_atim = {a.atime_ns / 1000000000, a.atime_ns % 1000000000};
   st.st_mtim = {a.mtime_ns / 1000000000, a.mtime_ns % 1000000000};
   st.st_ctim = {a.ctime_ns / 1000000000, a.ctime_ns % 1000000000};

@@ -124,7 +124,9 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     if (req.size > a.size) {
       // Growing: whatever lies past the old end (bytes of a write whose size update a crash
       // lost) is forgotten first, so the new range reads as zeros.
-      CLIO_RETURN_IF_ERROR(ClipData(ino, a.size));
+      int64_t delta = 0;
+      CLIO_RETURN_IF_ERROR(ClipData(ino, a.size, &delta));
+      AddStored(&a, delta);
     }
     shrink = req.size < a.size;
     a.size = req.size;

@@ -100,8 +100,9 @@ class Namespace {
   // Drops one link of `victim` (already loaded) inside `batch`; frees data when it was the last
   // link and the file is not open.
   Status DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) REQUIRES(mu_);
-  // Forgets file bytes at and past `new_size`.
-  Status ClipData(uint64_t ino, uint64_t new_size);
+  // Forgets file bytes at and past `new_size`; `stored_delta` gets the change in stored bytes.
+  Status ClipData(uint64_t ino, uint64_t new_size, int64_t* stored_delta);
+  static void AddStored(InodeAttr* a, int64_t delta);
   Status IsEmptyDir(uint64_t ino);
   // Removes an empty directory's inode in `b`, or keeps it as an orphan while it is open.
   Status DropEmptyDir(InodeAttr victim, KvBatch* b) REQUIRES(mu_);

@@ -553,3 +553,24 @@ TEST_CASE("a directory replaced by rename while open survives as an orphan; remo
   REQUIRE(f.ns->Release(b->ino).ok());
   CHECK(f.ns->GetAttr(b->ino).status().code() == Code::kNotFound);
 }
+
+TEST_CASE("stored bytes count data, not holes, through writes, punches and truncation") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "sparse");
+  REQUIRE(f.ns->Write(ino, 5ull << 30, std::string(4096, 's')).ok());
+  CHECK(f.ns->GetAttr(ino)->size == (5ull << 30) + 4096);
+  CHECK(f.ns->GetAttr(ino)->stored == 4096);
+  REQUIRE(f.ns->Write(ino, 5ull << 30, std::string(4096, 't')).ok());  // overwrite: no change
+  CHECK(f.ns->GetAttr(ino)->stored == 4096);
+  REQUIRE(f.ns->Write(ino, 0, std::string(3u << 20, 'd')).ok());
+  CHECK(f.ns->GetAttr(ino)->stored == (3u << 20) + 4096);
+  REQUIRE(f.ns->Fallocate(ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1u << 20, 1u << 20).ok());
+  CHECK(f.ns->GetAttr(ino)->stored == (2u << 20) + 4096);
+  SetAttrRequest r;
+  r.valid = kSetSize;
+  r.size = 1000;
+  REQUIRE(f.ns->SetAttr(ino, r).ok());
+  CHECK(f.ns->GetAttr(ino)->stored == 1000);
+  f.Restart();
+  CHECK(f.ns->GetAttr(ino)->stored == 1000);
+}

@@ -22,24 +22,40 @@ namespace clio {
 using namespace ns;  // keys and encodings of this module
 
 Status Namespace::FinishTruncate(uint64_t ino, uint64_t size) {
-  CLIO_RETURN_IF_ERROR(ClipData(ino, size));
+  int64_t delta = 0;
+  CLIO_RETURN_IF_ERROR(ClipData(ino, size, &delta));
   KvBatch b;
   b.Delete(TruncateKey(ino));
+  CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
+  if (v) {
+    CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, nullptr));
+    AddStored(&a, delta);
+    b.Put(InodeKey(ino), EncodeInode(a, {}));
+  }
   return kv_->Apply(std::move(b));
 }
 
 
-Status Namespace::ClipData(uint64_t ino, uint64_t new_size) {
+Status Namespace::ClipData(uint64_t ino, uint64_t new_size, int64_t* stored_delta) {
+  *stored_delta = 0;
   CLIO_ASSIGN_OR_RETURN(auto blobs, cte_->ListBlobs(ino));
   for (uint64_t b : blobs) {
     uint64_t start = b * chunk_size_;
+    int64_t d = 0;
     if (start >= new_size) {
-      CLIO_RETURN_IF_ERROR(cte_->DelBlob(ino, b));
+      CLIO_RETURN_IF_ERROR(cte_->DelBlob(ino, b, &d));
     } else if (start + chunk_size_ > new_size) {
-      CLIO_RETURN_IF_ERROR(cte_->TruncateBlob(ino, b, new_size - start));
+      CLIO_RETURN_IF_ERROR(cte_->TruncateBlob(ino, b, new_size - start, &d));
     }
+    *stored_delta += d;
   }
   return Status::Ok();
+}
+
+void Namespace::AddStored(InodeAttr* a, int64_t delta) {
+  // A statistic for st_blocks: it may drift after a crash (blob and inode changes commit
+  // apart, volatile copies vanish) but never goes below zero.
+  a->stored = delta < 0 && static_cast<uint64_t>(-delta) > a->stored ? 0 : a->stored + static_cast<uint64_t>(delta);
 }
 
 
@@ -67,13 +83,16 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
   if (offset > kMaxFileSize || data.size() > kMaxFileSize - offset)
     return Status(Code::kOutOfRange, "write past the largest file size");
   uint64_t done = 0;
+  int64_t stored_delta = 0;
   Status failed;
   while (done < data.size()) {
     uint64_t pos = offset + done;
     uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
     uint64_t piece = std::min<uint64_t>(data.size() - done, chunk_size_ - in);
-    failed = cte_->PutBlob(ino, chunk, in, data.substr(done, piece));
+    int64_t d = 0;
+    failed = cte_->PutBlob(ino, chunk, in, data.substr(done, piece), &d);
     if (!failed.ok()) break;
+    stored_delta += d;
     done += piece;
   }
   // A write that stored only a prefix (a tier filled up) is a short write: the size covers
@@ -88,6 +107,7 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
   }
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
   a.size = std::max<uint64_t>(a.size, offset + done);
+  AddStored(&a, stored_delta);
   a.mtime_ns = a.ctime_ns = NowNs();
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));
@@ -114,14 +134,17 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
   if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "fallocate on a directory");
   if (!S_ISREG(a.mode)) return Status(Code::kNoSuchOffset, "fallocate on a special file");
+  int64_t stored_delta = 0;
   if (punch) {
     // Whole chunks inside the hole lose their blobs; the edges are clipped.
     uint64_t end = std::min(offset + len, a.size);
     for (uint64_t pos = offset; pos < end;) {
       uint64_t chunk = pos / chunk_size_, in = pos % chunk_size_;
       uint64_t piece = std::min(end - pos, chunk_size_ - in);
-      CLIO_RETURN_IF_ERROR(piece == chunk_size_ ? cte_->DelBlob(ino, chunk)
-                                                : cte_->PunchBlob(ino, chunk, in, piece));
+      int64_t d = 0;
+      CLIO_RETURN_IF_ERROR(piece == chunk_size_ ? cte_->DelBlob(ino, chunk, &d)
+                                                : cte_->PunchBlob(ino, chunk, in, piece, &d));
+      stored_delta += d;
       pos += piece;
     }
   }
@@ -136,6 +159,7 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
   if (!v) return NotFound("file was removed");
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
   if (!keep) a.size = std::max(a.size, offset + len);
+  AddStored(&a, stored_delta);
   a.mtime_ns = a.ctime_ns = NowNs();
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));

@@ -11,8 +11,9 @@
 
 namespace clio::ns {
 
-// Version 2 added rdev after parent; version 1 records (no rdev) are still read.
-constexpr uint8_t kInodeVersion = 2;
+// Version 2 added rdev after parent, version 3 the stored byte count after rdev; records of
+// versions 1 and 2 are still read (rdev and stored read as 0).
+constexpr uint8_t kInodeVersion = 3;
 constexpr std::string_view kNextInoKey = "m/next_ino";
 
 inline std::string InodeKey(uint64_t ino) {
@@ -56,12 +57,13 @@ inline Result<InodeAttr> DecodeInode(std::string_view v, std::string* target) {
   InodeAttr a;
   std::string t;
   d.Get(&version);
-  if (!d.failed() && version != kInodeVersion && version != 1)
+  if (!d.failed() && (version < 1 || version > kInodeVersion))
     return Corruption("inode record has unknown format version " + std::to_string(version));
-  if (version == 1) {
+  if (version < 3) {
     d.Get(&a.ino) && d.Get(&a.mode) && d.Get(&a.nlink) && d.Get(&a.uid) && d.Get(&a.gid) &&
         d.Get(&a.size) && d.Get(&a.atime_ns) && d.Get(&a.mtime_ns) && d.Get(&a.ctime_ns) &&
         d.Get(&a.parent);
+    if (version == 2) d.Get(&a.rdev);
   } else {
     DecodeAttr(&d, &a);
   }

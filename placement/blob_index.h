@@ -65,6 +65,13 @@ struct BlobEntry {
     for (const auto& c : copies) n = std::max(n, c.written.max_end());
     return n;
   }
+  // Bytes that hold data in some copy (the union of the written ranges).
+  uint64_t stored() const {
+    RangeSet all;
+    for (const auto& c : copies)
+      for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
+    return all.bytes();
+  }
   bool operator==(const BlobEntry&) const = default;
 };
 

@@ -203,13 +203,15 @@ Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
   return DecodeBlobEntry(*v);
 }
 
-Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data) {
+Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
+                    int64_t* stored_delta) {
   if (data.empty()) return Status::Ok();
   const uint64_t end = offset + data.size();
   if (end < offset) return InvalidArgument("blob write past 2^64");
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  const uint64_t stored_before = e.stored();
   Status last = NoSpace("no tier has room for " + std::to_string(data.size()) + " bytes");
   for (Tier& t : tiers_) {
     if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
@@ -250,6 +252,7 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
       return a;
     }
     if (t.is_volatile) MarkDirty(tag, blob);
+    if (stored_delta) *stored_delta = static_cast<int64_t>(e.stored()) - static_cast<int64_t>(stored_before);
     return Status::Ok();
   }
   return last;
@@ -302,14 +305,15 @@ void Cte::ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch) {
   }
 }
 
-Status Cte::DelBlob(uint64_t tag, uint64_t blob) {
+Status Cte::DelBlob(uint64_t tag, uint64_t blob, int64_t* stored_delta) {
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
-  return RemoveLocked(tag, blob, std::move(e));
+  return RemoveLocked(tag, blob, std::move(e), stored_delta);
 }
 
-Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e) {
+Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stored_delta) {
+  if (stored_delta) *stored_delta = -static_cast<int64_t>(e.stored());
   if (e.copies.empty()) return Status::Ok();
   KvBatch batch;
   batch.Delete(BlobKey(tag, blob));
@@ -320,27 +324,37 @@ Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e) {
   return Status::Ok();
 }
 
-Status Cte::TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size) {
-  if (size == 0) return DelBlob(tag, blob);
+Status Cte::TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size, int64_t* stored_delta) {
+  if (stored_delta) *stored_delta = 0;
+  if (size == 0) return DelBlob(tag, blob, stored_delta);
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   if (e.copies.empty() || e.size() <= size) return Status::Ok();
+  const uint64_t stored_before = e.stored();
   for (BlobCopy& c : e.copies) c.written.ClipTo(size);
   KvBatch batch;
-  if (e.size() == 0) return RemoveLocked(tag, blob, std::move(e));  // nothing left to keep
+  if (e.size() == 0) {  // nothing left to keep
+    if (stored_delta) *stored_delta = -static_cast<int64_t>(stored_before);
+    return RemoveLocked(tag, blob, std::move(e));
+  }
+  if (stored_delta) *stored_delta = static_cast<int64_t>(e.stored()) - static_cast<int64_t>(stored_before);
   batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
   return kv_->Apply(std::move(batch));
 }
 
-Status Cte::PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len) {
+Status Cte::PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len,
+                      int64_t* stored_delta) {
+  if (stored_delta) *stored_delta = 0;
   if (len == 0) return Status::Ok();
   const uint64_t end = offset + len < offset ? UINT64_MAX : offset + len;
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   if (e.copies.empty()) return Status::Ok();
+  const uint64_t stored_before = e.stored();
   for (BlobCopy& c : e.copies) c.written.Subtract(offset, end);
+  if (stored_delta) *stored_delta = static_cast<int64_t>(e.stored()) - static_cast<int64_t>(stored_before);
   if (e.size() == 0) return RemoveLocked(tag, blob, std::move(e));
   KvBatch batch;
   batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));

@@ -56,17 +56,22 @@ class Cte {
   static Result<std::unique_ptr<Cte>> Open(const CteConfig& config, KvStore* kv);
   ~Cte();
 
+  // `stored_delta` (optional) receives the change in the blob's stored bytes (the union of its
+  // copies' written ranges), which the filesystem sums into st_blocks.
+  //
   // Writes `data` at `offset` of the blob. NoSpace when no tier has room.
-  Status PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data);
+  Status PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
+                 int64_t* stored_delta = nullptr);
   // Reads [offset, offset+len) into out; bytes never written read as zeros.
   Status GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, char* out);
   // Removes the blob; its extents are freed once the removal is durable.
-  Status DelBlob(uint64_t tag, uint64_t blob);
+  Status DelBlob(uint64_t tag, uint64_t blob, int64_t* stored_delta = nullptr);
   // Forgets bytes at and beyond `size` (they read as zeros if the blob grows again).
-  Status TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size);
+  Status TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size, int64_t* stored_delta = nullptr);
   // Forgets [offset, offset+len) of the blob: it reads as zeros and costs nothing once no
   // copy holds data (a punched hole).
-  Status PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len);
+  Status PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len,
+                   int64_t* stored_delta = nullptr);
   // Byte ranges of the blob that hold written data, over all its copies.
   Result<RangeSet> BlobRanges(uint64_t tag, uint64_t blob);
   // Blob ids of a tag, ascending.
@@ -112,7 +117,7 @@ class Cte {
   Status FlushBlobLocked(uint64_t tag, uint64_t blob);
   Status FlushOne(uint64_t tag, uint64_t blob);
   // Deletes the blob's entry and releases its copies; requires the stripe lock.
-  Status RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e);
+  Status RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stored_delta = nullptr);
   // Adds OnDurable frees for the copies' extents.
   void ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch);
   void MarkDirty(uint64_t tag, uint64_t blob);

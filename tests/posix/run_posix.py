@@ -42,10 +42,6 @@ PROG_TIMEOUT = 300           # seconds, one external program
 # programs; ID is the check id as conformance.py prints it (group.case) or a program check.
 # Each one is a bug to fix in fs/ (or below); remove the entry with the fix.
 KNOWN_FAILURES = {
-    "root:largefile.sparse_blocks":
-        "st_blocks is size/512, so holes count as allocated (du of a sparse 5 GiB file is 5 GiB)",
-    "user:largefile.sparse_blocks":
-        "st_blocks is size/512, so holes count as allocated (du of a sparse 5 GiB file is 5 GiB)",
 }
 
 
