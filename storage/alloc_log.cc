@@ -110,9 +110,9 @@ Result<std::unique_ptr<AllocLog>> AllocLog::Open(const std::string& path, uint64
   dec.Get(&flags);
   dec.Get(&log_tier);
   dec.Get(&sum);
-  if (version != kVersion) {
+  if (version < 1 || version > kVersion) {
     return Corruption("alloc log " + path + ": format version " + std::to_string(version) +
-                      " is unknown (this build reads version " + std::to_string(kVersion) + ")");
+                      " is unknown (this build reads versions 1 to " + std::to_string(kVersion) + ")");
   }
   if (sum != Checksum(hdr, kHeaderSize - 8)) {
     return Corruption("alloc log " + path + ": header checksum mismatch");

@@ -29,7 +29,9 @@ namespace clio {
 
 class AllocLog final : public AllocObserver {
  public:
-  static constexpr uint32_t kVersion = 1;
+  // 2: blocks may be split and merged (records can overlap earlier ones). Version 1 logs
+  // (blocks never split) replay the same way and are still read.
+  static constexpr uint32_t kVersion = 2;
   static constexpr size_t kHeaderSize = 32;
   static constexpr size_t kRecordSize = 25;
 

@@ -336,10 +336,14 @@ TEST_CASE("file bdev: alloc log header is checked") {
   MustOpen(c).reset();
   const std::string log = c.name + ".alloc_log";
   SUBCASE("unknown version") {
-    { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(7, 2); }
+    { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(7, 3); }
     auto r = Bdev::Open(c);
     CHECK(r.status().code() == Code::kCorruption);
-    CHECK(r.status().message().find("version 2") != std::string::npos);
+    CHECK(r.status().message().find("version 3") != std::string::npos);
+  }
+  SUBCASE("a version 1 log (blocks never split) is still read") {
+    { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(7, 1); }
+    CHECK(Bdev::Open(c).ok());
   }
   SUBCASE("another tier's log") {
     { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(8); }
