@@ -12,8 +12,8 @@ PACKAGES=(
   libsystemd-dev
   # tests
   doctest-dev python3 attr
-  # benchmarks
-  libbenchmark-dev fio
+  # benchmarks (bench/fsbench: fio, and bindfs as the FUSE passthrough reference)
+  libbenchmark-dev fio bindfs
   # GPU runtime for the hbm and pinned tiers (CMake option CLIO_WITH_HIP, on by default)
   libamdhip64-dev
 )
