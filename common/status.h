@@ -91,6 +91,7 @@ class [[nodiscard]] Result {
 // Error constructors that read well at call sites.
 inline Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
 inline Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 inline Status NoSpace(std::string m) { return {Code::kNoSpace, std::move(m)}; }
 inline Status IoError(std::string m) { return {Code::kIoError, std::move(m)}; }
 inline Status Corruption(std::string m) { return {Code::kCorruption, std::move(m)}; }

@@ -88,7 +88,7 @@ Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {
     d.Get(&t.stats.used);
     d.Get(&t.stats.lifetime_days);
     d.GetString(&t.stats.backend);
-    if (type > static_cast<uint8_t>(BdevType::kNoop) || pers > 2) return Corruption("tier list: bad enum");
+    if (type > static_cast<uint8_t>(kLastBdevType) || pers > 2) return Corruption("tier list: bad enum");
     t.stats.type = static_cast<BdevType>(type);
     t.stats.persistence = static_cast<Persistence>(pers);
     out.push_back(std::move(t));

@@ -9,9 +9,9 @@ PACKAGES=(
   # libraries
   libfuse3-dev fuse3 liburing-dev libaio-dev libyaml-cpp-dev librocksdb-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libssl-dev libxxhash-dev
-  libsystemd-dev
+  libsystemd-dev libpoco-dev
   # tests
-  doctest-dev python3 attr
+  doctest-dev python3 attr python3-botocore
   # benchmarks (bench/fsbench: fio, and bindfs as the FUSE passthrough reference)
   libbenchmark-dev fio bindfs
   # GPU runtime for the hbm and pinned tiers (CMake option CLIO_WITH_HIP, on by default)

@@ -20,6 +20,7 @@ namespace {
 constexpr char kMagic[8] = {'C', 'L', 'I', 'O', 'A', 'L', 'O', 'G'};
 constexpr uint8_t kTypeAlloc = 1;
 constexpr uint8_t kTypeFree = 2;
+constexpr uint8_t kTypeWritten = 3;
 // Replay reads this many records per I/O.
 constexpr uint64_t kReplayChunkRecords = 40960;
 
@@ -33,17 +34,30 @@ void EncodeRecord(std::string* out, uint8_t type, const Extent& e) {
   out->append(enc.buffer());
 }
 
+struct BlockState {
+  uint64_t size = 0;
+  bool live = false;
+  bool written = false;
+};
+using BlockMap = std::map<uint64_t, BlockState>;
+
 // Replay step: `e` (live or free) replaces whatever earlier blocks it overlaps.
-void ApplyRecord(std::map<uint64_t, std::pair<uint64_t, bool>>* blocks, const Extent& e,
-                 bool live) {
+void ApplyRecord(BlockMap* blocks, const Extent& e, bool live) {
   const uint64_t end = e.offset > UINT64_MAX - e.size ? UINT64_MAX : e.offset + e.size;
   auto it = blocks->lower_bound(e.offset);
   if (it != blocks->begin()) {
     auto prev = std::prev(it);
-    if (prev->first + prev->second.first > e.offset) it = prev;
+    if (prev->first + prev->second.size > e.offset) it = prev;
   }
   while (it != blocks->end() && it->first < end) it = blocks->erase(it);
-  blocks->emplace(e.offset, std::make_pair(e.size, live));
+  blocks->emplace(e.offset, BlockState{e.size, live, false});
+}
+
+// A written record marks the live block it names exactly; anything else is stale (the block
+// was freed after it) and ignored.
+void ApplyWritten(BlockMap* blocks, const Extent& e) {
+  auto it = blocks->find(e.offset);
+  if (it != blocks->end() && it->second.live && it->second.size == e.size) it->second.written = true;
 }
 
 }  // namespace
@@ -61,6 +75,31 @@ std::string EncodeAllocLogRecord(bool alloc, const Extent& e) {
   std::string s;
   EncodeRecord(&s, alloc ? kTypeAlloc : kTypeFree, e);
   return s;
+}
+
+std::string EncodeAllocLogWrittenRecord(const Extent& e) {
+  std::string s;
+  EncodeRecord(&s, kTypeWritten, e);
+  return s;
+}
+
+Result<uint64_t> ReadAllocLogTierId(const std::string& path) {
+  IoOptions opts;
+  CLIO_ASSIGN_OR_RETURN(auto file, OpenIoFile(path, opts));
+  CLIO_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (size < AllocLog::kHeaderSize) return Corruption("alloc log " + path + ": no header");
+  char hdr[AllocLog::kHeaderSize];
+  CLIO_RETURN_IF_ERROR(file->Read(0, AllocLog::kHeaderSize, hdr));
+  if (std::memcmp(hdr, kMagic, sizeof(kMagic)) != 0) {
+    return Corruption("alloc log " + path + ": bad magic (not a CLIO allocator log)");
+  }
+  uint64_t id = 0, sum = 0;
+  std::memcpy(&id, hdr + 16, 8);
+  std::memcpy(&sum, hdr + 24, 8);
+  if (sum != Checksum(hdr, AllocLog::kHeaderSize - 8)) {
+    return Corruption("alloc log " + path + ": header checksum mismatch");
+  }
+  return id;
 }
 
 AllocLog::AllocLog(std::string path, uint64_t tier_id, IoOptions io, std::unique_ptr<IoFile> file,
@@ -125,7 +164,7 @@ Result<std::unique_ptr<AllocLog>> AllocLog::Open(const std::string& path, uint64
   // Records, in order, until EOF or the first one that does not check out.
   // offset -> (size, live). A record supersedes every earlier block it overlaps: free space
   // is coalesced and split again, so a later block may cover parts of several earlier ones.
-  std::map<uint64_t, std::pair<uint64_t, bool>> blocks;
+  BlockMap blocks;
   uint64_t pos = kHeaderSize;
   std::string buf;
   bool torn = false;
@@ -148,11 +187,14 @@ Result<std::unique_ptr<AllocLog>> AllocLog::Open(const std::string& path, uint64
         torn = true;
         break;
       }
-      if (type != kTypeAlloc && type != kTypeFree) {
+      if (type == kTypeWritten && version >= 3) {
+        ApplyWritten(&blocks, e);
+      } else if (type == kTypeAlloc || type == kTypeFree) {
+        ApplyRecord(&blocks, e, type == kTypeAlloc);
+      } else {
         return Corruption("alloc log " + path + ": record at " + std::to_string(pos + i) +
                           " has unknown type " + std::to_string(type));
       }
-      ApplyRecord(&blocks, e, type == kTypeAlloc);
       ++replay->records;
     }
     pos += i;
@@ -167,7 +209,8 @@ Result<std::unique_ptr<AllocLog>> AllocLog::Open(const std::string& path, uint64
     CLIO_RETURN_IF_ERROR(file->Sync());
   }
   for (const auto& [off, v] : blocks) {
-    (v.second ? replay->live : replay->free).push_back({off, v.first});
+    (v.live ? replay->live : replay->free).push_back({off, v.size});
+    if (v.live && v.written) replay->written.push_back({off, v.size});
   }
   auto by_offset = [](const Extent& a, const Extent& b) { return a.offset < b.offset; };
   std::sort(replay->live.begin(), replay->live.end(), by_offset);
@@ -182,6 +225,7 @@ void AllocLog::Append(uint8_t type, const ExtentList& blocks) {
 
 void AllocLog::OnAllocate(const ExtentList& blocks) { Append(kTypeAlloc, blocks); }
 void AllocLog::OnFree(const ExtentList& blocks) { Append(kTypeFree, blocks); }
+void AllocLog::OnWritten(const ExtentList& blocks) { Append(kTypeWritten, blocks); }
 
 Status AllocLog::FlushLocked() {
   std::string batch;
@@ -229,16 +273,18 @@ uint64_t AllocLog::size_bytes() {
   return file_size_;
 }
 
-Status AllocLog::Compact(const ExtentList& live, const ExtentList& free) {
+Status AllocLog::Compact(const ExtentList& live, const ExtentList& free,
+                         const ExtentList& written) {
   MutexLock l(&io_mu_);
   const std::string tmp = path_ + ".tmp";
   if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
     return Status::FromErrno(errno, "unlink " + tmp);
   }
   std::string data = EncodeAllocLogHeader(tier_id_);
-  data.reserve(kHeaderSize + (live.size() + free.size()) * kRecordSize);
+  data.reserve(kHeaderSize + (live.size() + free.size() + written.size()) * kRecordSize);
   for (const auto& e : live) EncodeRecord(&data, kTypeAlloc, e);
   for (const auto& e : free) EncodeRecord(&data, kTypeFree, e);
+  for (const auto& e : written) EncodeRecord(&data, kTypeWritten, e);
 
   IoOptions opts = io_options_;
   opts.create = true;

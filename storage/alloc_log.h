@@ -29,15 +29,17 @@ namespace clio {
 
 class AllocLog final : public AllocObserver {
  public:
-  // 2: blocks may be split and merged (records can overlap earlier ones). Version 1 logs
-  // (blocks never split) replay the same way and are still read.
-  static constexpr uint32_t kVersion = 2;
+  // 2: blocks may be split and merged (records can overlap earlier ones).
+  // 3: "written" records (object tiers: the block's object has been stored).
+  // Versions 1 and 2 replay the same way and are still read.
+  static constexpr uint32_t kVersion = 3;
   static constexpr size_t kHeaderSize = 32;
   static constexpr size_t kRecordSize = 25;
 
   struct Replay {
     ExtentList live;
     ExtentList free;
+    ExtentList written;          // live blocks with a "written" record since their allocation
     uint64_t records = 0;        // valid records applied
     uint64_t ignored_bytes = 0;  // torn tail cut off
   };
@@ -52,6 +54,10 @@ class AllocLog final : public AllocObserver {
 
   void OnAllocate(const ExtentList& blocks) override EXCLUDES(buf_mu_);
   void OnFree(const ExtentList& blocks) override EXCLUDES(buf_mu_);
+  // Records that live `blocks` now hold data (object tiers, where a never-written block reads
+  // as zeros without a request and a written one whose object is missing is an error).
+  // Buffered like the others; durable at the next Sync().
+  void OnWritten(const ExtentList& blocks) EXCLUDES(buf_mu_);
 
   // Writes every buffered record to the log file. On error the records stay buffered and are
   // written by the next Flush().
@@ -61,10 +67,13 @@ class AllocLog final : public AllocObserver {
   // True when records were appended since the last successful Sync().
   bool NeedsSync() EXCLUDES(io_mu_, buf_mu_);
 
-  // Rewrites the log as one alloc record per live block and one free record per free block:
-  // "<path>.tmp", fsync, rename over the log, fsync the directory. Buffered records are
-  // dropped (the snapshot supersedes them), so call it inside BlockAllocator::WithSnapshot.
-  Status Compact(const ExtentList& live, const ExtentList& free) EXCLUDES(io_mu_, buf_mu_);
+  // Rewrites the log as one alloc record per live block, one free record per free block and
+  // one written record per block of `written` (a subset of `live`): "<path>.tmp", fsync,
+  // rename over the log, fsync the directory. Buffered records are dropped (the snapshot
+  // supersedes them), so call it inside BlockAllocator::WithSnapshot, and with whatever lock
+  // orders OnWritten() calls against the snapshot of `written`.
+  Status Compact(const ExtentList& live, const ExtentList& free, const ExtentList& written = {})
+      EXCLUDES(io_mu_, buf_mu_);
 
   const std::string& path() const { return path_; }
   uint64_t size_bytes() EXCLUDES(io_mu_);
@@ -88,8 +97,12 @@ class AllocLog final : public AllocObserver {
   std::string pending_ GUARDED_BY(buf_mu_);  // encoded records not yet written
 };
 
+// The tier id in the header of the log at `path` (Corruption when it is not a valid log).
+Result<uint64_t> ReadAllocLogTierId(const std::string& path);
+
 // Encoding helpers, exposed for tests that forge torn or foreign logs.
 std::string EncodeAllocLogHeader(uint64_t tier_id, uint32_t version = AllocLog::kVersion);
 std::string EncodeAllocLogRecord(bool alloc, const Extent& e);
+std::string EncodeAllocLogWrittenRecord(const Extent& e);
 
 }  // namespace clio

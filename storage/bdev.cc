@@ -26,6 +26,8 @@ std::string_view BdevTypeName(BdevType t) {
     case BdevType::kHbm: return "hbm";
     case BdevType::kPinned: return "pinned";
     case BdevType::kNoop: return "noop";
+    case BdevType::kS3: return "s3";
+    case BdevType::kGcs: return "gcs";
   }
   return "unknown";
 }
@@ -37,11 +39,10 @@ Result<BdevType> ParseBdevType(std::string_view s) {
   if (v == "hbm") return BdevType::kHbm;
   if (v == "pinned") return BdevType::kPinned;
   if (v == "noop") return BdevType::kNoop;
-  if (v == "s3" || v == "gcs") {
-    return Status(Code::kNotSupported, "bdev_type '" + std::string(s) + "' is not built yet");
-  }
+  if (v == "s3") return BdevType::kS3;
+  if (v == "gcs") return BdevType::kGcs;
   return InvalidArgument("unknown bdev_type '" + std::string(s) +
-                         "' (expected file, ram, hbm, pinned or noop)");
+                         "' (expected file, ram, hbm, pinned, noop, s3 or gcs)");
 }
 
 std::string_view PersistenceName(Persistence p) {
@@ -93,6 +94,8 @@ PerfMetrics DefaultPerfMetrics(BdevType t) {
     case BdevType::kPinned: return {8000, 8000, 3, 3, 4'000'000};
     case BdevType::kFile: return {2000, 1000, 100, 200, 200'000};
     case BdevType::kNoop: return {1000, 1000, 100, 100, 100'000};
+    case BdevType::kS3:
+    case BdevType::kGcs: return {100, 100, 20'000, 50'000, 1'000};
   }
   return {};
 }
@@ -105,6 +108,8 @@ Result<std::unique_ptr<Bdev>> Bdev::Open(const BdevConfig& config) {
     case BdevType::kNoop: return OpenNoopBdev(config);
     case BdevType::kHbm:
     case BdevType::kPinned: return OpenGpuBdev(config, MakeGpuRuntime());
+    case BdevType::kS3:
+    case BdevType::kGcs: return OpenObjectBdev(config);
   }
   return InvalidArgument("bdev: unknown type");
 }

@@ -5,7 +5,8 @@
 //
 // Transports: ram (shared-memory segment), file (io_uring / libaio / POSIX AIO through
 // storage/io.h, with O_DIRECT for large aligned writes), pinned and hbm (GPU memory through
-// storage/gpu.h; host memory without a GPU), noop (touches nothing). The config keys are
+// storage/gpu.h; host memory without a GPU), s3 and gcs (one object per block in a bucket,
+// storage/objstore; allocator state in a local log), noop (touches nothing). The config keys are
 // parsed in one place: storage/bdev_config.h.
 //
 // Thread safety: all methods may be called concurrently.
@@ -38,7 +39,8 @@ inline uint64_t TotalSize(const ExtentList& extents) {
   return n;
 }
 
-enum class BdevType : uint8_t { kFile, kRam, kHbm, kPinned, kNoop };
+enum class BdevType : uint8_t { kFile, kRam, kHbm, kPinned, kNoop, kS3, kGcs };
+inline constexpr BdevType kLastBdevType = BdevType::kGcs;
 enum class Persistence : uint8_t { kVolatile, kTemporary, kLongTerm };
 
 std::string_view BdevTypeName(BdevType t);
@@ -70,14 +72,17 @@ Result<AllocPolicy> ParseAllocPolicy(std::string_view s);
 AllocPolicy ResolveAllocPolicy(AllocPolicy p, uint64_t configured_capacity);
 
 struct BdevConfig {
-  std::string name;  // file path for kFile; any unique name ("ram::tier1") for memory types
+  // File path for kFile; "bucket[/prefix]" or "s3://" / "gcs://bucket/prefix" for kS3 / kGcs;
+  // any unique name ("ram::tier1") for memory types.
+  std::string name;
   BdevType type = BdevType::kFile;
-  // 0: ram = 80% of DRAM (capped by /dev/shm free space); file = as far as the host allows.
+  // 0: ram = 80% of DRAM (capped by /dev/shm free space); file = as far as the host allows;
+  // s3, gcs = 1 TiB of address space.
   uint64_t capacity = 0;
   uint64_t alignment = 4096;             // memory types lower 4096/0 to 512
   uint64_t growth_unit = 1ull << 30;     // file: how far the file grows (and reserves) at a time
   uint64_t populate_unit = 64ull << 20;  // ram: bytes committed per step as allocations advance
-  std::string alloc_log;                 // file: default "<name>.alloc_log"
+  std::string alloc_log;  // file: default "<name>.alloc_log"; s3, gcs: required (local path)
   std::optional<Persistence> persistence;  // default: volatile for memory types, temporary for file
   std::optional<PerfMetrics> perf;
   AllocPolicy alloc = AllocPolicy::kAuto;  // ram, pinned
@@ -88,6 +93,9 @@ struct BdevConfig {
   uint64_t tier_id = 0;
   // Name of the ram segment under /dev/shm; default "clio.<pid>.<sanitized name>".
   std::string shm_name;
+  // s3, gcs: one HTTP request's timeout, and the total time one call may spend retrying.
+  uint32_t request_timeout_ms = 30000;
+  uint32_t retry_budget_ms = 60000;
 };
 
 struct BdevStats {

@@ -70,8 +70,10 @@ class BdevBase : public Bdev {
   const bool growable_;
   const std::unique_ptr<BlockAllocator> alloc_;
 
- private:
+  // OutOfRange unless [offset, offset+len) lies inside the extents and they inside the device.
   Status CheckRange(const ExtentList& extents, uint64_t offset, uint64_t len) const;
+
+ private:
 
   std::atomic<double> lifespan_days_{999999};
 
@@ -89,6 +91,8 @@ class BdevBase : public Bdev {
 Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config);
 Result<std::unique_ptr<Bdev>> OpenRamBdev(const BdevConfig& config);
 Result<std::unique_ptr<Bdev>> OpenNoopBdev(const BdevConfig& config);
+// s3 and gcs, with credentials and endpoints from the environment (storage/objstore).
+Result<std::unique_ptr<Bdev>> OpenObjectBdev(const BdevConfig& config);
 // pinned and hbm, over `gpu` (MakeGpuRuntime() in production; tests pass a fake).
 class GpuRuntime;
 Result<std::unique_ptr<Bdev>> OpenGpuBdev(const BdevConfig& config,

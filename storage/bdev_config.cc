@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "storage/allocator.h"
+#include "storage/objstore/object_store.h"
 
 namespace clio {
 namespace {
@@ -164,10 +165,15 @@ Status ParseBdevKeys(ConfigReader& r, BdevConfig* c) {
   if (!persistence.empty()) {
     Result<Persistence> p = ParsePersistence(persistence);
     if (!p.ok()) return keys.Error("persistence_level", p.status().message());
-    const bool memory = c->type != BdevType::kFile;
+    const bool object = c->type == BdevType::kS3 || c->type == BdevType::kGcs;
+    const bool memory = c->type != BdevType::kFile && !object;
     if (memory && *p != Persistence::kVolatile) {
       return keys.Error("persistence_level", std::string(BdevTypeName(c->type)) +
                                                  " devices can only be volatile");
+    }
+    if (object && *p == Persistence::kVolatile) {
+      return keys.Error("persistence_level", std::string(BdevTypeName(c->type)) +
+                                                 " devices cannot be volatile");
     }
     c->persistence = *p;
   }
@@ -177,6 +183,26 @@ Status ParseBdevKeys(ConfigReader& r, BdevConfig* c) {
     PerfMetrics pm = c->perf.value_or(DefaultPerfMetrics(c->type));
     CLIO_RETURN_IF_ERROR(ParsePerfMetrics(keys, perf, r.file(), c->name, &pm));
     c->perf = pm;
+  }
+
+  CLIO_ASSIGN_OR_RETURN(uint64_t timeout, keys.UInt("request_timeout_ms", c->request_timeout_ms));
+  if (timeout == 0 || timeout > 600000)
+    return keys.Error("request_timeout_ms", "must be between 1 and 600000");
+  c->request_timeout_ms = static_cast<uint32_t>(timeout);
+  CLIO_ASSIGN_OR_RETURN(uint64_t budget, keys.UInt("retry_budget_ms", c->retry_budget_ms));
+  if (budget > 3600000) return keys.Error("retry_budget_ms", "must be at most 3600000 (one hour)");
+  c->retry_budget_ms = static_cast<uint32_t>(budget);
+
+  if (c->type == BdevType::kS3 || c->type == BdevType::kGcs) {
+    const std::string loc_key = r.Has("path") ? "path" : "pool_name";
+    Result<ObjectLocation> loc = ParseObjectLocation(c->name, BdevTypeName(c->type));
+    if (!loc.ok()) return keys.Error(loc_key, loc.status().message());
+    if (c->alloc_log.empty()) {
+      return keys.Error("alloc_log", "required for " + std::string(BdevTypeName(c->type)) +
+                                         " tiers: a local file that keeps the allocator state "
+                                         "of the bucket (e.g. ${CLIO_STATE_DIR}/tiers/" +
+                                         loc->bucket + ".alloc_log)");
+    }
   }
 
   if (c->type == BdevType::kFile) {

@@ -124,7 +124,27 @@ TEST_CASE("ParseBdevKeys: an unknown alloc policy falls back to auto (with a war
 
 TEST_CASE("ParseBdevKeys: bad input names the pool and the key") {
   CheckRefused(Keys("ram::p1", "    bdev_type: tape\n").status(), "ram::p1", "bdev_type", "tape");
-  CheckRefused(Keys("ram::p1", "    bdev_type: s3\n").status(), "ram::p1", "bdev_type", "s3");
+  CheckRefused(Keys("ram::p1", "    bdev_type: s3\n").status(), "ram::p1", "pool_name",
+               "bucket name 'ram::p1'");
+  CheckRefused(Keys("bkt/pre", "    bdev_type: gcs\n").status(), "bkt/pre", "alloc_log",
+               "required for gcs");
+  CheckRefused(Keys("bkt", "    bdev_type: s3\n    alloc_log: /tmp/x.log\n"
+                           "    persistence_level: volatile\n").status(),
+               "bkt", "persistence_level", "cannot be volatile");
+  CheckRefused(Keys("bkt", "    bdev_type: s3\n    alloc_log: /tmp/x.log\n"
+                           "    request_timeout_ms: 0\n").status(),
+               "bkt", "request_timeout_ms", "between 1 and");
+  CheckRefused(Keys("bkt", "    bdev_type: s3\n    alloc_log: /tmp/x.log\n"
+                           "    retry_budget_ms: 99999999\n").status(),
+               "bkt", "retry_budget_ms", "at most");
+  {
+    auto ok = Keys("s3://bkt/p", "    bdev_type: s3\n    alloc_log: /tmp/x.log\n"
+                                 "    request_timeout_ms: 1500\n    retry_budget_ms: 0\n");
+    REQUIRE_MESSAGE(ok.ok(), ok.status().ToString());
+    CHECK(ok->type == BdevType::kS3);
+    CHECK(ok->request_timeout_ms == 1500);
+    CHECK(ok->retry_budget_ms == 0);
+  }
   CheckRefused(Keys("ram::p2", "    bdev_type: ram\n    capacity: 12XB\n").status(), "ram::p2",
                "capacity", "12XB");
   CheckRefused(Keys("ram::p2", "    bdev_type: ram\n    capacity: -1G\n").status(), "ram::p2",

@@ -71,7 +71,7 @@ Result<BdevStats> DecodeBdevStats(std::string_view bytes) {
   d.Get(&s.perf.iops);
   d.GetString(&s.backend);
   CLIO_RETURN_IF_ERROR(d.Finish("bdev stats"));
-  if (type > static_cast<uint8_t>(BdevType::kNoop) ||
+  if (type > static_cast<uint8_t>(kLastBdevType) ||
       persistence > static_cast<uint8_t>(Persistence::kLongTerm))
     return Corruption("bdev stats: bad type or persistence");
   s.type = static_cast<BdevType>(type);

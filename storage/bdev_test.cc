@@ -63,12 +63,13 @@ constexpr IoBackend kAsyncBackends[] = {IoBackend::kUring, IoBackend::kLibaio,
 
 TEST_CASE("bdev names and defaults") {
   for (BdevType t : {BdevType::kFile, BdevType::kRam, BdevType::kHbm, BdevType::kPinned,
-                     BdevType::kNoop}) {
+                     BdevType::kNoop, BdevType::kS3, BdevType::kGcs}) {
     CHECK(*ParseBdevType(BdevTypeName(t)) == t);
   }
   CHECK(*ParseBdevType("RAM") == BdevType::kRam);
   CHECK(ParseBdevType("tape").status().code() == Code::kInvalidArgument);
-  CHECK(ParseBdevType("s3").status().code() == Code::kNotSupported);
+  CHECK(*ParseBdevType("s3") == BdevType::kS3);
+  CHECK(*ParseBdevType("GCS") == BdevType::kGcs);
   for (Persistence p : {Persistence::kVolatile, Persistence::kTemporary, Persistence::kLongTerm}) {
     CHECK(*ParsePersistence(PersistenceName(p)) == p);
   }
@@ -336,10 +337,20 @@ TEST_CASE("file bdev: alloc log header is checked") {
   MustOpen(c).reset();
   const std::string log = c.name + ".alloc_log";
   SUBCASE("unknown version") {
-    { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(7, 3); }
+    { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(7, 4); }
     auto r = Bdev::Open(c);
     CHECK(r.status().code() == Code::kCorruption);
-    CHECK(r.status().message().find("version 3") != std::string::npos);
+    CHECK(r.status().message().find("version 4") != std::string::npos);
+  }
+  SUBCASE("a written record in a version 2 log is an unknown type") {
+    {
+      std::ofstream out(log, std::ios::binary | std::ios::trunc);
+      out << EncodeAllocLogHeader(7, 2) << EncodeAllocLogRecord(true, {0, 4096})
+          << EncodeAllocLogWrittenRecord({0, 4096});
+    }
+    auto r = Bdev::Open(c);
+    CHECK(r.status().code() == Code::kCorruption);
+    CHECK(r.status().message().find("unknown type 3") != std::string::npos);
   }
   SUBCASE("a version 1 log (blocks never split) is still read") {
     { std::ofstream(log, std::ios::binary | std::ios::trunc) << EncodeAllocLogHeader(7, 1); }
@@ -355,6 +366,35 @@ TEST_CASE("file bdev: alloc log header is checked") {
     { std::ofstream(log, std::ios::binary | std::ios::trunc) << std::string(64, 'z'); }
     CHECK(Bdev::Open(c).status().code() == Code::kCorruption);
   }
+}
+
+TEST_CASE("alloc log: written records mark live blocks until they are freed") {
+  TempDir dir;
+  const std::string path = dir.File("w.alloc_log");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << EncodeAllocLogHeader(9) << EncodeAllocLogRecord(true, {0, 4096})
+        << EncodeAllocLogRecord(true, {4096, 4096}) << EncodeAllocLogRecord(true, {8192, 8192})
+        << EncodeAllocLogWrittenRecord({0, 4096})
+        << EncodeAllocLogWrittenRecord({8192, 8192})
+        // freed and allocated again: the earlier written record no longer applies
+        << EncodeAllocLogRecord(false, {8192, 8192}) << EncodeAllocLogRecord(true, {8192, 8192})
+        // a written record of a block that is not live (or not this size) is ignored
+        << EncodeAllocLogWrittenRecord({16384, 4096}) << EncodeAllocLogWrittenRecord({4096, 8192});
+  }
+  AllocLog::Replay replay;
+  auto log = AllocLog::Open(path, 9, IoOptions{}, &replay);
+  REQUIRE(log.ok());
+  CHECK(replay.live.size() == 3);
+  REQUIRE(replay.written.size() == 1);
+  CHECK(replay.written[0] == Extent{0, 4096});
+  // Compaction keeps them.
+  REQUIRE((*log)->Compact(replay.live, replay.free, {{0, 4096}, {4096, 4096}}).ok());
+  log->reset();
+  AllocLog::Replay again;
+  REQUIRE(AllocLog::Open(path, 9, IoOptions{}, &again).ok());
+  CHECK(again.live == replay.live);
+  CHECK(again.written == ExtentList{{0, 4096}, {4096, 4096}});
 }
 
 TEST_CASE("file bdev: compaction keeps the live set and the free lists") {

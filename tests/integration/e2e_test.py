@@ -4,7 +4,8 @@
 Usage:
     python3 tests/integration/e2e_test.py --build-dir build [--only SCENARIO] [--keep]
 
-Scenarios: clean_restart, kill9_restart, power_cut, bad_input (see README.md).
+Scenarios: clean_restart, kill9_restart, power_cut, bad_input, s3_restart, s3_kill9
+(see README.md).
 Python 3 standard library only. Needs /dev/fuse and fusermount3. The last line printed is
 "N passed, M failed"; the exit status is non-zero when anything failed.
 """
@@ -28,7 +29,10 @@ KiB = 1024
 MiB = 1024 * 1024
 CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
-SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input")
+SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
+             "s3_kill9")
+SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
 CONFIG_TEMPLATE = """\
 runtime:
@@ -54,6 +58,38 @@ compose:
         growth_unit: "64MB"
         score: 0.2
         persistence_level: temporary
+  - mod_name: clio_fs
+    pool_name: clio_fs
+    pool_id: "600.0"
+    cte_pool: clio_cte_core
+    chunk_size: "1MiB"
+"""
+
+
+# RAM over an S3 bucket (the signature-verifying stand-in of tests/objstore), no file tier.
+S3_CONFIG_TEMPLATE = """\
+runtime:
+  state_dir: "{T}/state"
+  socket_path: "{T}/clio.sock"
+  num_threads: 4
+metadata:
+  path: "${{CLIO_STATE_DIR}}/metadata"
+  commit_interval_ms: 500
+compose:
+  - mod_name: clio_cte_core
+    pool_name: clio_cte_core
+    pool_id: "512.0"
+    flush_interval_ms: 500
+    storage:
+      - path: "ram::{ram_name}"
+        bdev_type: ram
+        capacity_limit: "{ram_capacity}"
+        score: 1.0
+      - path: "s3://e2e-bucket/{ram_name}"
+        bdev_type: s3
+        alloc_log: "${{CLIO_STATE_DIR}}/tiers/s3.alloc_log"
+        request_timeout_ms: 20000
+        score: 0.1
   - mod_name: clio_fs
     pool_name: clio_fs
     pool_id: "600.0"
@@ -224,7 +260,34 @@ class Env:
         self.confs = [self.conf]      # configs whose runtime we may have started
         self.fault_injection = False
         self.aborted = False
+        self.s3 = None                # the S3 stand-in process, when a scenario uses one
+        self.s3_port = None
         os.makedirs(self.mnt)
+
+    # -- S3 stand-in ---------------------------------------------------------------------
+    def start_s3(self):
+        port_file = os.path.join(self.T, "s3.port")
+        self.s3 = subprocess.Popen(
+            [sys.executable, os.path.join(SRC_DIR, "tests", "objstore", "s3_server.py"),
+             "--port", "0", "--port-file", port_file, "--access-key", S3_KEY,
+             "--secret-key", S3_SECRET],
+            stdin=subprocess.DEVNULL, stdout=open(self.logs("s3_server") + ".stdout", "ab"),
+            stderr=open(self.logs("s3_server") + ".stderr", "ab"))
+
+        def port():
+            try:
+                with open(port_file) as f:
+                    return int(f.read().strip() or 0)
+            except (FileNotFoundError, ValueError):
+                check(self.s3.poll() is None, "the S3 stand-in exited at start")
+                return 0
+        self.s3_port = wait_until(port, "the S3 stand-in's port file")
+        log(f"S3 stand-in on 127.0.0.1:{self.s3_port}")
+
+    def s3_admin(self, path):
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.s3_port}{path}", timeout=30) as r:
+            return json.loads(r.read())
 
     # -- config --------------------------------------------------------------------------
     def config_text(self, ram_capacity="32MB"):
@@ -239,6 +302,10 @@ class Env:
     def env(self, conf=None, fault=None):
         e = dict(os.environ)
         e["CLIO_CONF"] = conf or self.conf
+        if self.s3_port:
+            e.update({"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+                      "S3_ENDPOINT": f"http://127.0.0.1:{self.s3_port}",
+                      "S3_ALLOW_BUCKET_CREATE": "1"})
         e.pop("CLIO_IO_FAULT_INJECTION", None)
         if fault if fault is not None else self.fault_injection:
             e["CLIO_IO_FAULT_INJECTION"] = "1"
@@ -444,6 +511,13 @@ class Env:
                     os.unlink(os.path.join("/dev/shm", p))
                 except OSError:
                     pass
+        if self.s3 is not None and self.s3.poll() is None:
+            self.s3.terminate()
+            try:
+                self.s3.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.s3.kill()
+                self.s3.wait()
         still = [m for m in self.mountpoints if is_mounted(m)]
         if self.keep:
             log(f"kept {self.T}")
@@ -887,6 +961,47 @@ def scenario_power_cut(env):
     _crash_scenario(env, fault=True)
 
 
+def _s3_scenario(env, crash):
+    """RAM over an S3 bucket: files written through the mount, the daemon restarted (cleanly
+    or by SIGKILL), every file read back from the bucket byte for byte."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    env.start_s3()
+    env.write_config(S3_CONFIG_TEMPLATE.format(T=env.T, ram_name=env.ram_name,
+                                               ram_capacity="32MB"))
+    env.start_runtime()
+    env.mount()
+    model = Model()
+    run_workload(env, model)
+    check_tree(env, model, "exact")
+    record_modes(env, model)
+    stats = env.s3_admin("/_admin/stats")
+    log(f"S3 stand-in after the workload: {json.dumps(stats)[:400]}")
+    stored = stats.get("bytes_stored", stats.get("total_bytes", 0))
+    check(stored >= 64 * MiB, f"the bucket holds {stored} bytes after fsync of a 64 MiB file")
+    if crash:
+        env.crash()
+    else:
+        env.unmount()
+        env.stop_runtime()
+    env.start_runtime()
+    env.mount()
+    log("checking after the restart: the RAM tier is empty, everything comes from the bucket")
+    check_tree(env, model, "crash" if crash else "exact")
+    tiers = env.tier_stat()
+    s3 = [t for t in tiers if "s3" in str(t.get("backend", "")) or "s3" in str(t.get("type", ""))]
+    check(s3 and s3[0]["used"] >= 64 * MiB, f"tier stat after restart: {tiers}")
+    env.unmount()
+    env.stop_runtime()
+
+
+def scenario_s3_restart(env):
+    _s3_scenario(env, crash=False)
+
+
+def scenario_s3_kill9(env):
+    _s3_scenario(env, crash=True)
+
+
 def _expect_config_refused(env, conf, needles, what):
     cp = run_cmd([env.clio_run, "start"], env=env.env(conf=conf))
     err = _text(cp.stderr)
@@ -991,6 +1106,8 @@ SCENARIO_FUNCS = {
     "kill9_restart": scenario_kill9_restart,
     "power_cut": scenario_power_cut,
     "bad_input": scenario_bad_input,
+    "s3_restart": scenario_s3_restart,
+    "s3_kill9": scenario_s3_kill9,
 }
 
 

@@ -1,0 +1,389 @@
+// s3 and gcs transports: each allocated block is one object "[prefix/]block_<offset>" in a
+// bucket (storage/objstore), the allocator's state is an allocator log on local disk, and a
+// small tier header object "[prefix/]clio_tier" names the tier.
+//
+// Rules that keep a block from ever showing bytes it should not:
+//  - The log records, per live block, whether it was written since its allocation ("written"
+//    records, format version 3). A block never written reads as zeros without a request, and
+//    its first write stores the whole block (zero-filled around the data), so an object left
+//    behind by an earlier life of the offset is never read, only replaced.
+//  - A written block whose object is missing is an IoError, never zeros.
+//  - Free() deletes the objects of written blocks before the blocks can be handed out again;
+//    start-up reconciliation deletes the objects of blocks nobody references.
+//  - A partial write to a written block reads the object, merges and stores it whole, under a
+//    per-block lock.
+// The written records reach the disk at Sync(), which the CTE calls before every metadata
+// commit: an index entry never names a block whose written record could be lost.
+#include <xxhash.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "storage/alloc_log.h"
+#include "storage/bdev_base.h"
+#include "storage/objstore/object_store.h"
+#include "storage/sys_util.h"
+
+namespace clio {
+namespace {
+
+constexpr uint64_t kDefaultObjectCapacity = 1ull << 40;  // 1 TiB of address space
+constexpr char kHeaderMagic[8] = {'C', 'L', 'I', 'O', 'O', 'B', 'J', 'T'};
+constexpr uint32_t kHeaderVersion = 1;
+constexpr size_t kHeaderFields = 8 + 4 + 4 + 8 + 8 + 8;  // magic .. created
+constexpr size_t kBlockLocks = 64;
+
+struct ObjectTierHeader {
+  uint64_t tier_id = 0;
+  uint64_t alignment = 0;
+  uint64_t created_ns = 0;
+};
+
+std::string EncodeHeader(const ObjectTierHeader& h) {
+  Encoder enc;
+  enc.PutRaw(std::string_view(kHeaderMagic, sizeof(kHeaderMagic)));
+  enc.Put<uint32_t>(kHeaderVersion).Put<uint32_t>(0);
+  enc.Put<uint64_t>(h.tier_id).Put<uint64_t>(h.alignment).Put<uint64_t>(h.created_ns);
+  std::string& b = enc.buffer();
+  enc.Put<uint64_t>(XXH3_64bits(b.data(), b.size()));
+  return enc.Take();
+}
+
+Result<ObjectTierHeader> DecodeHeader(const std::string& where, const std::string& s) {
+  if (s.size() != kHeaderFields + 8 || std::memcmp(s.data(), kHeaderMagic, 8) != 0) {
+    return Corruption(where + ": not a CLIO object tier header");
+  }
+  uint64_t sum = 0;
+  std::memcpy(&sum, s.data() + kHeaderFields, sizeof(sum));
+  if (XXH3_64bits(s.data(), kHeaderFields) != sum) {
+    return Corruption(where + ": header checksum mismatch");
+  }
+  Decoder d(std::string_view(s).substr(8, kHeaderFields - 8));
+  uint32_t version = 0, reserved = 0;
+  ObjectTierHeader h;
+  d.Get(&version);
+  d.Get(&reserved);
+  d.Get(&h.tier_id);
+  d.Get(&h.alignment);
+  d.Get(&h.created_ns);
+  if (version != kHeaderVersion) {
+    return Corruption(where + ": header version " + std::to_string(version) + " is unknown");
+  }
+  return h;
+}
+
+class ObjectBdev final : public BdevBase {
+ public:
+  ObjectBdev(BdevConfig config, uint64_t tier_id, std::unique_ptr<ObjectStore> store,
+             ObjectLocation location, std::unique_ptr<AllocLog> log)
+      : BdevBase(config, tier_id, config.capacity, /*growable=*/false, log.get()),
+        store_(std::move(store)),
+        location_(std::move(location)),
+        log_(std::move(log)) {}
+
+  ~ObjectBdev() override {
+    Status s = log_->Sync();
+    if (!s.ok()) CLIO_LOG_WARN("{}: final alloc log sync: {}", Describe(), s.ToString());
+  }
+
+  Status Start(const AllocLog::Replay& replay) {
+    CLIO_RETURN_IF_ERROR(alloc_->Restore(replay.live, replay.free).WithContext(Describe()));
+    MutexLock l(&written_mu_);
+    for (const auto& e : replay.written) written_.emplace(e.offset, e.size);
+    return Status::Ok();
+  }
+
+  Status Write(const ExtentList& extents, uint64_t offset, std::string_view data) override {
+    CLIO_RETURN_IF_ERROR(CheckRange(extents, offset, data.size()));
+    return ForEachPiece(extents, offset, data.size(),
+                        [&](const Extent& e, uint64_t skip, uint64_t pos, uint64_t n) {
+                          return WriteBlock(e, skip, data.substr(pos, n));
+                        });
+  }
+
+  Status Read(const ExtentList& extents, uint64_t offset, uint64_t len, char* out) override {
+    CLIO_RETURN_IF_ERROR(CheckRange(extents, offset, len));
+    return ForEachPiece(extents, offset, len,
+                        [&](const Extent& e, uint64_t skip, uint64_t pos, uint64_t n) {
+                          return ReadBlock(e, skip, n, out + pos);
+                        });
+  }
+
+  Status Free(const ExtentList& extents) override {
+    ExtentList had_data;
+    {
+      MutexLock l(&written_mu_);
+      for (const auto& e : extents) {
+        auto it = written_.find(e.offset);
+        if (it != written_.end() && it->second == e.size) had_data.push_back(e);
+      }
+    }
+    DeleteObjects(had_data, "free");
+    CLIO_RETURN_IF_ERROR(BdevBase::Free(extents));
+    MutexLock l(&written_mu_);
+    for (const auto& e : extents) written_.erase(e.offset);
+    return Status::Ok();
+  }
+
+  Status Reconcile(const ExtentList& referenced) override {
+    std::unordered_set<uint64_t> keep;
+    for (const auto& e : referenced) keep.insert(e.offset);
+    ExtentList orphans;
+    std::unordered_set<uint64_t> was_live;
+    for (const auto& e : alloc_->LiveExtents()) {
+      was_live.insert(e.offset);
+      if (keep.count(e.offset) == 0) orphans.push_back(e);
+    }
+    // An orphan may have an object even without a written record (the record was not yet
+    // durable): delete them all.
+    DeleteObjects(orphans, "reconcile");
+    {
+      MutexLock l(&written_mu_);
+      for (const auto& e : orphans) written_.erase(e.offset);
+    }
+    CLIO_RETURN_IF_ERROR(BdevBase::Reconcile(referenced));
+    // A referenced block the log did not hold live: whether it holds data is unknown, so a
+    // missing object must be an error rather than zeros.
+    MutexLock l(&written_mu_);
+    for (const auto& e : referenced) {
+      if (was_live.count(e.offset) == 0 && written_.emplace(e.offset, e.size).second) {
+        log_->OnWritten({e});
+      }
+    }
+    return PersistAllocator().WithContext(Describe());
+  }
+
+  Status Sync() override { return log_->Sync().WithContext(Describe()); }
+
+  Status FlushAllocLog() override {
+    return alloc_
+        ->WithSnapshot([this](const ExtentList& live, const ExtentList& free) {
+          MutexLock l(&written_mu_);
+          ExtentList written;
+          for (const auto& e : live) {
+            auto it = written_.find(e.offset);
+            if (it != written_.end() && it->second == e.size) written.push_back(e);
+          }
+          return log_->Compact(live, free, written);
+        })
+        .WithContext(Describe());
+  }
+
+  BdevStats GetStats() override {
+    BdevStats s = BdevBase::GetStats();
+    s.persistence = config_.persistence.value_or(Persistence::kLongTerm);
+    return s;
+  }
+
+ protected:
+  // Write and Read are overridden whole: a block is an object, not a byte range.
+  Status WriteAt(uint64_t, std::string_view) override { return Internal("object tier WriteAt"); }
+  Status ReadAt(uint64_t, uint64_t, char*) override { return Internal("object tier ReadAt"); }
+  Status PersistAllocator() override { return log_->Flush(); }
+  std::string BackendName() const override { return std::string(BdevTypeName(config_.type)); }
+  uint64_t CommittedBytes() override { return alloc_->used(); }
+
+ private:
+  template <typename Fn>
+  Status ForEachPiece(const ExtentList& extents, uint64_t offset, uint64_t len, Fn&& fn) {
+    uint64_t pos = 0, skip = offset;
+    for (const auto& e : extents) {
+      if (pos == len) break;
+      if (skip >= e.size) {
+        skip -= e.size;
+        continue;
+      }
+      const uint64_t n = std::min<uint64_t>(e.size - skip, len - pos);
+      CLIO_RETURN_IF_ERROR(fn(e, skip, pos, n));
+      pos += n;
+      skip = 0;
+    }
+    return Status::Ok();
+  }
+
+  std::string Key(uint64_t offset) const {
+    return location_.Key("block_" + std::to_string(offset));
+  }
+
+  bool IsWritten(uint64_t offset) {
+    MutexLock l(&written_mu_);
+    return written_.count(offset) != 0;
+  }
+
+  Status WriteBlock(const Extent& e, uint64_t skip, std::string_view piece) {
+    Mutex& mu = block_mu_[(e.offset / alloc_->min_class()) % kBlockLocks];
+    MutexLock bl(&mu);
+    const bool was_written = IsWritten(e.offset);
+    const std::string key = Key(e.offset);
+    if (skip == 0 && piece.size() == e.size) {
+      CLIO_RETURN_IF_ERROR(store_->Put(key, piece).WithContext(Describe()));
+    } else {
+      std::string block(e.size, '\0');
+      if (was_written) {
+        Status g = store_->Get(key, 0, e.size, block.data());
+        if (!g.ok()) return MissingOrError(g, e).WithContext("updating part of a block");
+      }
+      std::memcpy(block.data() + skip, piece.data(), piece.size());
+      CLIO_RETURN_IF_ERROR(store_->Put(key, block).WithContext(Describe()));
+    }
+    if (!was_written) {
+      MutexLock l(&written_mu_);
+      written_.emplace(e.offset, e.size);
+      log_->OnWritten({e});
+    }
+    return Status::Ok();
+  }
+
+  Status ReadBlock(const Extent& e, uint64_t skip, uint64_t n, char* out) {
+    if (!IsWritten(e.offset)) {
+      std::memset(out, 0, n);  // never written since its allocation: zeros, no request
+      return Status::Ok();
+    }
+    Status g = store_->Get(Key(e.offset), skip, n, out);
+    return g.ok() ? g : MissingOrError(g, e);
+  }
+
+  // A 404 for a written block is lost data, reported as such.
+  Status MissingOrError(const Status& s, const Extent& e) const {
+    if (s.code() != Code::kNotFound) return s.WithContext(Describe());
+    return IoError(Describe() + ": the object of live block " + std::to_string(e.offset) + " (" +
+                   std::to_string(e.size) + " bytes) is missing: " + s.message());
+  }
+
+  // Best effort: a block whose object could not be deleted is still freed. Its next life
+  // starts unwritten, so the stale object is never read, only replaced by the first write.
+  void DeleteObjects(const ExtentList& extents, std::string_view why) {
+    for (const auto& e : extents) {
+      Status d = store_->Delete(Key(e.offset));
+      if (!d.ok()) {
+        delete_failures_.fetch_add(1);
+        CLIO_LOG_WARN("{}: {}: deleting the object of block {}: {} (left behind; it is never "
+                      "read and is replaced when the block is written again)",
+                      Describe(), why, e.offset, d.ToString());
+      }
+    }
+  }
+
+  const std::unique_ptr<ObjectStore> store_;
+  const ObjectLocation location_;
+  const std::unique_ptr<AllocLog> log_;
+  std::array<Mutex, kBlockLocks> block_mu_;
+  Mutex written_mu_;  // order: allocator -> written_mu_ -> the log's locks
+  std::unordered_map<uint64_t, uint64_t> written_ GUARDED_BY(written_mu_);  // offset -> size
+  std::atomic<uint64_t> delete_failures_{0};
+};
+
+Result<std::unique_ptr<ObjectStore>> OpenStore(const BdevConfig& c, const ObjectLocation& loc,
+                                               bool* allow_create) {
+  ObjectStoreOptions opts;
+  opts.request_timeout = std::chrono::milliseconds(c.request_timeout_ms);
+  opts.retry.budget = std::chrono::milliseconds(c.retry_budget_ms);
+  if (c.type == BdevType::kS3) {
+    CLIO_ASSIGN_OR_RETURN(S3Settings s, S3SettingsFromEnv());
+    *allow_create = s.allow_bucket_create;
+    return OpenS3Store(loc, s, opts);
+  }
+  CLIO_ASSIGN_OR_RETURN(GcsSettings s, GcsSettingsFromEnv());
+  *allow_create = s.allow_bucket_create;
+  return OpenGcsStore(loc, s, opts);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Bdev>> OpenObjectBdev(const BdevConfig& config) {
+  BdevConfig c = config;
+  const std::string scheme(BdevTypeName(c.type));
+  CLIO_ASSIGN_OR_RETURN(ObjectLocation loc, ParseObjectLocation(c.name, scheme));
+  if (c.alignment == 0) c.alignment = 4096;
+  if (c.capacity == 0) c.capacity = kDefaultObjectCapacity;
+  if (c.persistence == Persistence::kVolatile) {
+    return ConfigError("bdev '" + c.name + "': an object tier cannot be volatile");
+  }
+  if (c.alloc_log.empty()) {
+    return ConfigError("bdev '" + c.name + "': alloc_log is required for " + scheme +
+                       " tiers (a local path, e.g. ${CLIO_STATE_DIR}/tiers/" + loc.bucket +
+                       ".alloc_log): the allocator state of the bucket lives there");
+  }
+  bool allow_create = false;
+  CLIO_ASSIGN_OR_RETURN(auto store, OpenStore(c, loc, &allow_create));
+  const std::string where = store->Describe();
+  CLIO_RETURN_IF_ERROR(store->EnsureBucket(allow_create).WithContext("opening tier " + where));
+
+  const std::string header_key = loc.Key("clio_tier");
+  auto header_read = store->GetAll(header_key);
+  if (!header_read.ok()) return header_read.status().WithContext("opening tier " + where);
+  std::optional<std::string> header_bytes = std::move(header_read).value();
+  std::optional<ObjectTierHeader> header;
+  if (header_bytes) {
+    CLIO_ASSIGN_OR_RETURN(header, DecodeHeader(where + " object " + header_key, *header_bytes));
+  }
+  std::error_code ec;
+  const std::filesystem::path log_dir = std::filesystem::path(c.alloc_log).parent_path();
+  if (!log_dir.empty() && !std::filesystem::create_directories(log_dir, ec) && ec) {
+    return IoError("tier " + where + ": creating the directory of alloc_log " + c.alloc_log +
+                   ": " + ec.message());
+  }
+  const bool log_exists = std::filesystem::file_size(c.alloc_log, ec) > 0 && !ec;
+
+  if (header && !log_exists) {
+    return Corruption("tier " + where + " (id " + std::to_string(header->tier_id) +
+                      ") has no allocator log at " + c.alloc_log +
+                      ": which blocks hold data is unknown, so no block can be handed out; "
+                      "restore the log, or empty the bucket prefix to start the tier over");
+  }
+  if (header && c.tier_id != 0 && header->tier_id != c.tier_id) {
+    return Corruption("tier " + where + " holds tier id " + std::to_string(header->tier_id) +
+                      ", but the configuration names tier id " + std::to_string(c.tier_id));
+  }
+  if (!header && c.tier_id != 0) {
+    return Corruption("tier " + where + " (id " + std::to_string(c.tier_id) +
+                      ") is recorded in the metadata but the bucket holds no tier header "
+                      "object " + header_key + ": its data is gone or this is another bucket");
+  }
+  if (header && header->alignment != c.alignment) {
+    return Corruption("tier " + where + " was created with alignment " +
+                      std::to_string(header->alignment) + ", the configuration says " +
+                      std::to_string(c.alignment));
+  }
+  uint64_t tier_id = 0;
+  if (header) {
+    tier_id = header->tier_id;
+  } else if (log_exists) {
+    CLIO_ASSIGN_OR_RETURN(tier_id, ReadAllocLogTierId(c.alloc_log));
+  } else {
+    tier_id = RandomTierId();
+  }
+  AllocLog::Replay replay;
+  CLIO_ASSIGN_OR_RETURN(auto log, AllocLog::Open(c.alloc_log, tier_id, c.io, &replay));
+  if (!header) {
+    if (!replay.live.empty()) {
+      return Corruption("tier " + where + ": the allocator log " + c.alloc_log + " holds " +
+                        std::to_string(replay.live.size()) +
+                        " live blocks but the bucket has no tier header: the bucket was "
+                        "emptied or is not this tier's");
+    }
+    // The log exists before the header: a crash between the two leaves an empty log, which
+    // is taken over here.
+    ObjectTierHeader h{tier_id, c.alignment, static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::system_clock::now().time_since_epoch()).count())};
+    CLIO_RETURN_IF_ERROR(store->Put(header_key, EncodeHeader(h)).WithContext("creating tier " + where));
+    CLIO_LOG_INFO("tier {}: new object tier, id {}", where, tier_id);
+  } else if (replay.records > 0) {
+    CLIO_LOG_INFO("tier {}: replayed {} alloc log records: {} live ({} written), {} free", where,
+                  replay.records, replay.live.size(), replay.written.size(), replay.free.size());
+  }
+  c.tier_id = tier_id;
+  auto bdev = std::make_unique<ObjectBdev>(c, tier_id, std::move(store), std::move(loc),
+                                           std::move(log));
+  CLIO_RETURN_IF_ERROR(bdev->Start(replay));
+  return std::unique_ptr<Bdev>(std::move(bdev));
+}
+
+}  // namespace clio

@@ -1,0 +1,191 @@
+#include "storage/objstore/http.h"
+
+#include <Poco/Exception.h>
+#include <Poco/Net/Context.h>
+#include <Poco/Net/HTTPClientSession.h>
+#include <Poco/Net/HTTPRequest.h>
+#include <Poco/Net/HTTPResponse.h>
+#include <Poco/Net/HTTPSClientSession.h>
+#include <Poco/Net/NetException.h>
+#include <Poco/Net/SSLManager.h>
+#include <Poco/Timespan.h>
+#include <strings.h>
+
+#include <atomic>
+#include <charconv>
+#include <istream>
+#include <mutex>
+#include <ostream>
+
+#include "common/thread_annotations.h"
+
+namespace clio::http {
+namespace {
+
+std::once_flag ssl_once;
+
+Poco::Net::Context::Ptr ClientContext() {
+  std::call_once(ssl_once, [] { Poco::Net::initializeSSL(); });
+  static Poco::Net::Context::Ptr ctx = new Poco::Net::Context(
+      Poco::Net::Context::TLS_CLIENT_USE, "", Poco::Net::Context::VERIFY_RELAXED, 9,
+      /*loadDefaultCAs=*/true);
+  return ctx;
+}
+
+bool MethodHasBody(std::string_view m) { return m == "PUT" || m == "POST" || m == "PATCH"; }
+
+}  // namespace
+
+std::string Endpoint::HostHeader() const {
+  const uint16_t def = https ? 443 : 80;
+  return port == def ? host : host + ":" + std::to_string(port);
+}
+
+std::string Endpoint::ToString() const {
+  return std::string(https ? "https://" : "http://") + host + ":" + std::to_string(port);
+}
+
+Result<Endpoint> ParseEndpoint(std::string_view url) {
+  Endpoint e;
+  std::string_view rest = url;
+  if (rest.substr(0, 8) == "https://") {
+    e.https = true;
+    rest.remove_prefix(8);
+  } else if (rest.substr(0, 7) == "http://") {
+    rest.remove_prefix(7);
+  } else if (rest.find("://") != std::string_view::npos) {
+    return InvalidArgument("endpoint '" + std::string(url) + "': scheme must be http or https");
+  }
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) {
+    return InvalidArgument("endpoint '" + std::string(url) + "': a path is not allowed");
+  }
+  e.port = e.https ? 443 : 80;
+  size_t colon = rest.rfind(':');
+  if (colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
+    std::string_view p = rest.substr(colon + 1);
+    unsigned v = 0;
+    auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+    if (ec != std::errc() || ptr != p.data() + p.size() || v == 0 || v > 65535) {
+      return InvalidArgument("endpoint '" + std::string(url) + "': bad port '" + std::string(p) + "'");
+    }
+    e.port = static_cast<uint16_t>(v);
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) return InvalidArgument("endpoint '" + std::string(url) + "': no host");
+  e.host = std::string(rest);
+  return e;
+}
+
+std::string Response::Header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n.size() == name.size() && ::strncasecmp(n.data(), name.data(), n.size()) == 0) return v;
+  }
+  return {};
+}
+
+struct Client::Impl {
+  Endpoint endpoint;
+  ClientOptions options;
+  Mutex mu;
+  std::vector<std::unique_ptr<Poco::Net::HTTPClientSession>> idle GUARDED_BY(mu);
+  std::atomic<uint64_t> opened{0};
+
+  std::unique_ptr<Poco::Net::HTTPClientSession> Take() {
+    {
+      MutexLock l(&mu);
+      if (!idle.empty()) {
+        auto s = std::move(idle.back());
+        idle.pop_back();
+        return s;
+      }
+    }
+    std::unique_ptr<Poco::Net::HTTPClientSession> s;
+    if (endpoint.https) {
+      s = std::make_unique<Poco::Net::HTTPSClientSession>(endpoint.host, endpoint.port,
+                                                          ClientContext());
+    } else {
+      s = std::make_unique<Poco::Net::HTTPClientSession>(endpoint.host, endpoint.port);
+    }
+    s->setTimeout(Poco::Timespan(static_cast<Poco::Timespan::TimeDiff>(options.timeout.count()) * 1000));
+    s->setKeepAlive(true);
+    opened.fetch_add(1);
+    return s;
+  }
+
+  void Give(std::unique_ptr<Poco::Net::HTTPClientSession> s) {
+    MutexLock l(&mu);
+    if (idle.size() < options.max_idle_sessions) idle.push_back(std::move(s));
+  }
+};
+
+Client::Client(Endpoint endpoint, ClientOptions options)
+    : endpoint_(std::move(endpoint)), impl_(std::make_unique<Impl>()) {
+  impl_->endpoint = endpoint_;
+  impl_->options = options;
+}
+
+Client::~Client() = default;
+
+uint64_t Client::connections_opened() const { return impl_->opened.load(); }
+
+Result<Response> Client::Send(const Request& request) {
+  auto session = impl_->Take();
+  const std::string what = request.method + " " + endpoint_.ToString() + request.target;
+  try {
+    Poco::Net::HTTPRequest req(request.method, request.target, Poco::Net::HTTPMessage::HTTP_1_1);
+    for (const auto& [name, value] : request.headers) req.set(name, value);
+    if (MethodHasBody(request.method) || !request.body.empty()) {
+      req.setContentLength64(static_cast<Poco::Int64>(request.body.size()));
+    }
+    std::ostream& os = session->sendRequest(req);
+    if (!request.body.empty()) os.write(request.body.data(), static_cast<std::streamsize>(request.body.size()));
+    os.flush();
+    if (!os.good()) return Unavailable(what + ": sending the request body failed");
+
+    Poco::Net::HTTPResponse resp;
+    std::istream& is = session->receiveResponse(resp);
+    Response out;
+    out.status = static_cast<int>(resp.getStatus());
+    for (const auto& [n, v] : resp) out.headers.emplace_back(n, v);
+    const bool no_body = request.method == "HEAD" || out.status == 204 || out.status == 304 ||
+                         out.status < 200;
+    if (!no_body) {
+      if (resp.hasContentLength()) {
+        const Poco::Int64 len = resp.getContentLength64();
+        if (len < 0 || static_cast<uint64_t>(len) > impl_->options.max_body) {
+          return Unavailable(what + ": response Content-Length " + std::to_string(len) +
+                             " is out of bounds");
+        }
+        out.body.resize(static_cast<size_t>(len));
+        is.read(out.body.data(), len);
+        if (is.gcount() != len) {
+          return Unavailable(what + ": truncated response: " + std::to_string(is.gcount()) +
+                             " of " + std::to_string(len) + " body bytes (HTTP " +
+                             std::to_string(out.status) + ")");
+        }
+      } else {
+        char buf[65536];
+        while (is.read(buf, sizeof(buf)) || is.gcount() > 0) {
+          out.body.append(buf, static_cast<size_t>(is.gcount()));
+          if (out.body.size() > impl_->options.max_body) {
+            return Unavailable(what + ": response body longer than " +
+                               std::to_string(impl_->options.max_body) + " bytes");
+          }
+        }
+        if (is.bad()) return Unavailable(what + ": reading the response body failed");
+      }
+    }
+    if (resp.getKeepAlive()) impl_->Give(std::move(session));
+    return out;
+  } catch (const Poco::TimeoutException& e) {
+    return Unavailable(what + ": timed out after " +
+                       std::to_string(impl_->options.timeout.count()) + " ms");
+  } catch (const Poco::Exception& e) {
+    return Unavailable(what + ": " + e.displayText());
+  } catch (const std::exception& e) {
+    return Unavailable(what + ": " + e.what());
+  }
+}
+
+}  // namespace clio::http

@@ -1,0 +1,169 @@
+// Test helpers: start the object-store stand-ins (tests/objstore/*.py) or s3rver as child
+// processes on loopback, talk to their unsigned admin API, and point the environment at them.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/objstore/http.h"
+#include "storage/test_util.h"
+
+namespace clio::testing {
+
+inline std::string SourceDir() { return CLIO_SOURCE_DIR; }
+
+// A child process serving HTTP on 127.0.0.1; stopped (SIGTERM, then SIGKILL) at scope exit.
+class ServerProcess {
+ public:
+  // Runs `argv`; the server writes its port to `port_file` (when given) or listens on `port`.
+  ServerProcess(std::vector<std::string> argv, std::string port_file, uint16_t port = 0)
+      : port_(port) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    // Readiness wait (not a timed assertion): the port file, or a successful connection.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < give_up) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      if (!port_file.empty()) {
+        std::ifstream in(port_file);
+        unsigned p = 0;
+        if (in >> p && p != 0) {
+          port_ = static_cast<uint16_t>(p);
+          if (Answers()) return;
+        }
+      } else if (Answers()) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  bool running() const { return pid_ > 0 && port_ != 0; }
+  uint16_t port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Unsigned request to the server (the stand-ins' /_admin/ API).
+  Result<http::Response> Admin(const std::string& method, const std::string& target,
+                               const std::string& body = "") const {
+    http::Client c(http::Endpoint{false, "127.0.0.1", port_}, http::ClientOptions{});
+    http::Request r;
+    r.method = method;
+    r.target = target;
+    r.headers = {{"Host", "127.0.0.1:" + std::to_string(port_)}};
+    if (!body.empty()) r.headers.emplace_back("Content-Type", "application/json");
+    r.body = body;
+    return c.Send(r);
+  }
+  // Queues `count` faults of `kind` for the next matching requests (see tests/objstore/README.md).
+  void Fault(const std::string& kind, int count, const std::string& method = "",
+             double delay_s = 0) const {
+    std::string body = "{\"kind\":\"" + kind + "\",\"count\":" + std::to_string(count);
+    if (!method.empty()) body += ",\"method\":\"" + method + "\"";
+    if (delay_s > 0) body += ",\"delay_s\":" + std::to_string(delay_s);
+    body += "}";
+    auto r = Admin("POST", "/_admin/fault", body);
+    REQUIRE(r.ok());
+    REQUIRE(r->status == 200);
+  }
+
+ private:
+  bool Answers() const {
+    http::Client c(http::Endpoint{false, "127.0.0.1", port_},
+                   http::ClientOptions{std::chrono::milliseconds(2000)});
+    http::Request r;
+    r.method = "GET";
+    r.target = "/";
+    r.headers = {{"Host", "127.0.0.1"}};
+    return c.Send(r).ok();
+  }
+
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+// Sets environment variables for the scope, restoring the old values after.
+class ScopedEnv {
+ public:
+  ScopedEnv& Set(const std::string& name, const std::string& value) {
+    Remember(name);
+    ::setenv(name.c_str(), value.c_str(), 1);
+    return *this;
+  }
+  ScopedEnv& Unset(const std::string& name) {
+    Remember(name);
+    ::unsetenv(name.c_str());
+    return *this;
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else ::unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  void Remember(const std::string& name) {
+    const char* v = ::getenv(name.c_str());
+    saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+  }
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+inline constexpr char kTestAccessKey[] = "CLIOTESTKEY";
+inline constexpr char kTestSecretKey[] = "clio/test+secret";
+inline constexpr char kTestGcsToken[] = "ya29.clio-test-token";
+
+// The S3 stand-in with the test credentials (and a session token when given).
+inline std::unique_ptr<ServerProcess> StartS3Standin(const TempDir& dir,
+                                                     const std::string& session_token = "") {
+  std::vector<std::string> argv = {"python3", SourceDir() + "/tests/objstore/s3_server.py",
+                                   "--port", "0", "--port-file", dir.File("s3.port"),
+                                   "--access-key", kTestAccessKey, "--secret-key", kTestSecretKey};
+  if (!session_token.empty()) {
+    argv.push_back("--session-token");
+    argv.push_back(session_token);
+  }
+  return std::make_unique<ServerProcess>(argv, dir.File("s3.port"));
+}
+
+inline std::unique_ptr<ServerProcess> StartGcsStandin(const TempDir& dir) {
+  return std::make_unique<ServerProcess>(
+      std::vector<std::string>{"python3", SourceDir() + "/tests/objstore/gcs_server.py", "--port",
+                               "0", "--port-file", dir.File("gcs.port"), "--token", kTestGcsToken},
+      dir.File("gcs.port"));
+}
+
+}  // namespace clio::testing
