@@ -30,3 +30,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "install-deps: all ${#PACKAGES[@]} packages present"
+
+# The objstore tests also run against s3rver, an independent S3 server from the npm registry.
+if ! command -v npm >/dev/null; then
+  echo "install-deps: installing npm"
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
+bash "$(dirname "$0")/../tests/objstore/install_s3rver.sh"

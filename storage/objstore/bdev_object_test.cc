@@ -180,7 +180,7 @@ TEST_CASE("s3 bdev: a failed write leaves the block unwritten") {
   Status s = b->Write(*ex, 0, Bytes(4 * kKiB, 2));
   CHECK(s.code() == Code::kIoError);
   CHECK(s.message().find("HTTP 500") != std::string::npos);
-  REQUIRE(f.srv->Admin("POST", "/_admin/reset_faults").ok());
+  REQUIRE(f.srv->Admin("POST", "/_admin/clear_faults").ok());
   // Still reads as zeros (not an error: nothing was ever stored).
   CHECK(ReadAll(b.get(), *ex, 0, 4 * kKiB) == std::string(4 * kKiB, '\0'));
 }
