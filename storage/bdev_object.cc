@@ -216,9 +216,15 @@ class ObjectBdev final : public BdevBase {
     return written_.count(offset) != 0;
   }
 
+  // The stripe of a block's lock. Offsets are multiples of large powers of two (a 1 MiB block
+  // class puts every block at a multiple of 1 MiB), so the offset is hashed, not reduced.
+  Mutex& BlockLock(uint64_t offset) {
+    const uint64_t h = (offset / alloc_->min_class()) * 0x9E3779B97F4A7C15ull;
+    return block_mu_[(h >> 32) % kBlockLocks];
+  }
+
   Status WriteBlock(const Extent& e, uint64_t skip, std::string_view piece) {
-    Mutex& mu = block_mu_[(e.offset / alloc_->min_class()) % kBlockLocks];
-    MutexLock bl(&mu);
+    MutexLock bl(&BlockLock(e.offset));
     const bool was_written = IsWritten(e.offset);
     const std::string key = Key(e.offset);
     if (skip == 0 && piece.size() == e.size) {

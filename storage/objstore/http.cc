@@ -139,6 +139,9 @@ Result<Response> Client::Send(const Request& request) {
       req.setContentLength64(static_cast<Poco::Int64>(request.body.size()));
     }
     std::ostream& os = session->sendRequest(req);
+    // The body follows the headers in a second write; without TCP_NODELAY, Nagle's algorithm
+    // holds a small body until the server's delayed ACK (tens of milliseconds per request).
+    session->socket().setNoDelay(true);
     if (!request.body.empty()) os.write(request.body.data(), static_cast<std::streamsize>(request.body.size()));
     os.flush();
     if (!os.good()) return Unavailable(what + ": sending the request body failed");

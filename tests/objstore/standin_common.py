@@ -106,6 +106,9 @@ class StandinHandler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
+        # Headers and body go out in separate writes: without this, Nagle's algorithm and the
+        # client's delayed ACK hold each small answer back by tens of milliseconds.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._counted_connection = False
 
     # -- plumbing ----------------------------------------------------------------------
