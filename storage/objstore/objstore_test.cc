@@ -13,42 +13,14 @@ using namespace clio::testing;
 
 namespace {
 
-bool UseS3rver() {
-  const char* v = ::getenv("CLIO_OBJSTORE_SERVER");
-  return v != nullptr && std::string(v) == "s3rver";
+S3Settings SettingsFor(const S3Server& srv) {
+  S3Settings s;
+  s.access_key = srv.access_key;
+  s.secret_key = srv.secret_key;
+  s.endpoint = srv.proc->url();
+  s.allow_bucket_create = true;
+  return s;
 }
-
-// The S3 server of this run: the stand-in, or s3rver (tests/objstore/run_s3rver.sh).
-struct S3Server {
-  TempDir dir;
-  std::unique_ptr<ServerProcess> proc;
-  std::string access_key = kTestAccessKey;
-  std::string secret_key = kTestSecretKey;
-  bool standin = true;
-
-  explicit S3Server(const std::string& session_token = "") {
-    if (UseS3rver()) {
-      standin = false;
-      access_key = secret_key = "S3RVER";
-      proc = std::make_unique<ServerProcess>(
-          std::vector<std::string>{"bash", SourceDir() + "/tests/objstore/run_s3rver.sh",
-                                   "--port-file", dir.File("s3rver.port"), "--dir",
-                                   dir.File("data")},
-          dir.File("s3rver.port"));
-    } else {
-      proc = StartS3Standin(dir, session_token);
-    }
-    REQUIRE(proc->running());
-  }
-  S3Settings Settings() const {
-    S3Settings s;
-    s.access_key = access_key;
-    s.secret_key = secret_key;
-    s.endpoint = proc->url();
-    s.allow_bucket_create = true;
-    return s;
-  }
-};
 
 ObjectStoreOptions FastRetries(int budget_ms = 20000, int timeout_ms = 5000) {
   ObjectStoreOptions o;
@@ -82,7 +54,7 @@ std::string Bytes(size_t n, uint32_t seed) {
 
 TEST_CASE("s3 store: round trip, ranges, delete") {
   S3Server srv;
-  auto store = MustOpenS3(srv, "roundtrip/some/prefix", srv.Settings());
+  auto store = MustOpenS3(srv, "roundtrip/some/prefix", SettingsFor(srv));
   REQUIRE(store->EnsureBucket(true).ok());
   for (size_t n : {size_t{1}, size_t{511}, size_t{4096}, size_t{65537}, size_t{1} << 20}) {
     CAPTURE(n);
@@ -120,7 +92,7 @@ TEST_CASE("s3 store: round trip, ranges, delete") {
 
 TEST_CASE("s3 store: bucket creation rules") {
   S3Server srv;
-  S3Settings no_create = srv.Settings();
+  S3Settings no_create = SettingsFor(srv);
   no_create.allow_bucket_create = false;
   auto store = MustOpenS3(srv, "not-there-yet", no_create);
   Status s = store->EnsureBucket(false);
@@ -158,7 +130,7 @@ TEST_CASE("s3 store: credentials") {
       MESSAGE("SKIPPED: s3rver accepts any signature made with a known access key");
       return;
     }
-    S3Settings bad = srv.Settings();
+    S3Settings bad = SettingsFor(srv);
     bad.secret_key = "wrong-secret";
     auto store = MustOpenS3(srv, "credbucket", bad);
     Status s = store->EnsureBucket(true);
@@ -171,7 +143,7 @@ TEST_CASE("s3 store: credentials") {
     CHECK(store->Stats().retries == 0);
   }
   SUBCASE("a wrong access key") {
-    S3Settings bad = srv.Settings();
+    S3Settings bad = SettingsFor(srv);
     bad.access_key = "NOSUCHKEY";
     auto store = MustOpenS3(srv, "credbucket", bad);
     CHECK(store->EnsureBucket(true).code() == Code::kPermissionDenied);
@@ -181,7 +153,7 @@ TEST_CASE("s3 store: credentials") {
 TEST_CASE("s3 store: session token") {
   if (UseS3rver()) return;  // s3rver ignores session tokens
   S3Server srv("session-token-123");
-  S3Settings s = srv.Settings();
+  S3Settings s = SettingsFor(srv);
   auto without = MustOpenS3(srv, "tokbucket", s);
   CHECK(without->EnsureBucket(true).code() == Code::kPermissionDenied);
   s.session_token = "session-token-123";
@@ -196,7 +168,7 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     return;
   }
   S3Server srv;
-  auto store = MustOpenS3(srv, "faulty", srv.Settings());
+  auto store = MustOpenS3(srv, "faulty", SettingsFor(srv));
   REQUIRE(store->EnsureBucket(true).ok());
   const std::string data = Bytes(100000, 7);
   for (std::string kind : {"500", "503", "429", "drop", "truncate", "bad_length", "non_xml"}) {
@@ -219,7 +191,7 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     CHECK(store->Stats().retries - before == 2);
   }
   SUBCASE("a slow response times out and is retried") {
-    auto quick = MustOpenS3(srv, "faulty", srv.Settings(), FastRetries(20000, 300));
+    auto quick = MustOpenS3(srv, "faulty", SettingsFor(srv), FastRetries(20000, 300));
     srv.proc->Fault("slow", 1, "GET", 3.0);
     std::string back(10, '\0');
     REQUIRE(quick->Get("obj", 5, 10, back.data()).ok());
@@ -227,7 +199,7 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     CHECK(quick->Stats().retries == 1);
   }
   SUBCASE("the retry budget bounds the total time") {
-    auto bounded = MustOpenS3(srv, "faulty", srv.Settings(), FastRetries(300));
+    auto bounded = MustOpenS3(srv, "faulty", SettingsFor(srv), FastRetries(300));
     srv.proc->Fault("non_xml", 100000, "PUT");
     Status s = bounded->Put("obj2", "x");
     CHECK(s.code() == Code::kIoError);
@@ -235,6 +207,18 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     CHECK(s.message().find("HTTP 500") != std::string::npos);
     CHECK(s.message().find("oops") != std::string::npos);  // the non-XML body, quoted
     CHECK(s.message().find("'obj2'") != std::string::npos);
+  }
+  SUBCASE("a 206 wider than the range asked for gives the part asked for") {
+    srv.proc->Fault("wide_range", 1, "GET");
+    const uint64_t before_retries = store->Stats().retries;
+    std::string one(1, '\0');
+    REQUIRE(store->Get("obj", 0, 1, one.data()).ok());
+    CHECK(one == data.substr(0, 1));
+    srv.proc->Fault("wide_range", 1, "GET");
+    std::string mid(100, '\0');
+    REQUIRE(store->Get("obj", 5000, 100, mid.data()).ok());
+    CHECK(mid == data.substr(5000, 100));
+    CHECK(store->Stats().retries == before_retries);
   }
   SUBCASE("403 is not retried") {
     srv.proc->Fault("403", 1, "GET");

@@ -166,4 +166,35 @@ inline std::unique_ptr<ServerProcess> StartGcsStandin(const TempDir& dir) {
       dir.File("gcs.port"));
 }
 
+// True when the S3 tests run against s3rver (ctest objstore_test_s3rver).
+inline bool UseS3rver() {
+  const char* v = ::getenv("CLIO_OBJSTORE_SERVER");
+  return v != nullptr && std::string(v) == "s3rver";
+}
+
+// The S3 server of this run: the stand-in, or s3rver (tests/objstore/run_s3rver.sh) with its
+// fixed credentials. `standin` says whether the fault-injection admin API is there.
+struct S3Server {
+  TempDir dir;
+  std::unique_ptr<ServerProcess> proc;
+  std::string access_key = kTestAccessKey;
+  std::string secret_key = kTestSecretKey;
+  bool standin = true;
+
+  explicit S3Server(const std::string& session_token = "") {
+    if (UseS3rver()) {
+      standin = false;
+      access_key = secret_key = "S3RVER";
+      proc = std::make_unique<ServerProcess>(
+          std::vector<std::string>{"bash", SourceDir() + "/tests/objstore/run_s3rver.sh",
+                                   "--port-file", dir.File("s3rver.port"), "--dir",
+                                   dir.File("data")},
+          dir.File("s3rver.port"));
+    } else {
+      proc = StartS3Standin(dir, session_token);
+    }
+    REQUIRE(proc->running());
+  }
+};
+
 }  // namespace clio::testing

@@ -12,7 +12,7 @@ import hashlib
 import json
 import urllib.parse
 
-from standin_common import StandinHandler, StandinServer, common_args, parse_range, serve
+from standin_common import StandinHandler, StandinServer, common_args, serve
 
 
 class GcsHandler(StandinHandler):
@@ -118,7 +118,7 @@ class GcsHandler(StandinHandler):
             return self.fail(404, "notFound", f"object {key} not found")
         if params.get("alt") != "media":
             return self.answer_json(200, self.resource(bucket, key, data))
-        r = parse_range(self.headers.get("Range"), len(data))
+        r = self.pick_range(len(data))
         if r == "invalid":
             return self.fail(416, "requestedRangeNotSatisfiable", "the range is not satisfiable")
         if r is None:

@@ -15,7 +15,7 @@ import xml.sax.saxutils as sx
 import urllib.parse
 
 import sigv4
-from standin_common import StandinHandler, StandinServer, common_args, parse_range, serve
+from standin_common import StandinHandler, StandinServer, common_args, serve
 
 
 def _xml(root, inner):
@@ -142,7 +142,7 @@ class S3Handler(StandinHandler):
         etag = f'"{hashlib.md5(data).hexdigest()}"'
         if method == "HEAD":
             return self.answer(200, headers={"ETag": etag, "Content-Length": str(len(data))})
-        r = parse_range(self.headers.get("Range"), len(data))
+        r = self.pick_range(len(data))
         if r == "invalid":
             return self.fail(416, "InvalidRange", "the requested range is not satisfiable", key)
         if r is None:

@@ -17,6 +17,8 @@ Fault kinds (each consumes one queued count on a matching request, before authen
   truncate            a full Content-Length, half the body, then the connection closes
   bad_length          a Content-Length longer than the body, then the connection closes
   slow                the answer is held back delay_s seconds (the client should time out)
+  wide_range          a ranged GET is answered 206 with the whole object and its Content-Range
+                      (as s3rver does for "bytes=0-0"; a correct client takes its part)
 Only the Python standard library is used.
 """
 
@@ -30,7 +32,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULT_KINDS = {"500", "503", "429", "403", "non_xml", "drop", "truncate", "bad_length", "slow"}
+FAULT_KINDS = {"500", "503", "429", "403", "non_xml", "drop", "truncate", "bad_length", "slow",
+               "wide_range"}
 
 
 class Faults:
@@ -177,6 +180,9 @@ class StandinHandler(BaseHTTPRequestHandler):
             self.answer(500, "oops: the backend fell over (plain text, not XML)",
                         content_type="text/plain")
             return True
+        if kind == "wide_range":
+            self._wide = True
+            return False
         if kind in ("truncate", "bad_length"):
             if self.command != "GET":
                 return False  # nothing to cut short: answer normally
@@ -188,6 +194,14 @@ class StandinHandler(BaseHTTPRequestHandler):
         ctype, body = self.error_body(status, codes[status], f"injected fault {kind}")
         self.answer(status, body, content_type=ctype)
         return True
+
+    def pick_range(self, size):
+        """The Range header parsed (see parse_range), widened by a pending wide_range fault."""
+        r = parse_range(self.headers.get("Range"), size)
+        if getattr(self, "_wide", False) and isinstance(r, tuple):
+            self._wide = False
+            return (0, size - 1)
+        return r
 
     def send_object(self, status, data, headers):
         """Answers with `data`, honouring a pending truncate/bad_length fault."""

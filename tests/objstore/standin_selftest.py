@@ -144,6 +144,10 @@ def s3_checks(tmp):
             st, _, body = c.s3("GET", "/bkt/dir/a b+c~")
             check(st is None and (exc is None or body.decode() == exc),
                   f"fault {kind} breaks the answer ({body[:40]!r})")
+        c.admin("POST", "/_admin/fault", {"kind": "wide_range", "count": 1, "method": "GET"})
+        st, hdr, body = c.s3("GET", "/bkt/dir/a b+c~", headers={"Range": "bytes=0-0"})
+        check(st == 206 and body == data and hdr.get("Content-Range") ==
+              f"bytes 0-{len(data) - 1}/{len(data)}", "fault wide_range answers the whole object")
         c.admin("POST", "/_admin/fault", {"kind": "500", "count": 5, "method": "PUT"})
         st, faults = c.admin("GET", "/_admin/faults")
         check(st == 200 and faults["queued"][0]["count"] == 5, "queued faults are listed")
