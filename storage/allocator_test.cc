@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <memory>
 #include <random>
 #include <thread>
@@ -378,6 +379,7 @@ TEST_CASE("allocator: threads on empty sets steal, and no extent is handed out t
   for (uint64_t i = 0; i < kCapacity / kAlign; ++i) owner[i].store(0);
   std::vector<std::vector<Extent>> held(kThreads);
   std::vector<int> errors(kThreads, 0), successes(kThreads, 0);
+  std::barrier all_started(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -391,6 +393,17 @@ TEST_CASE("allocator: threads on empty sets steal, and no extent is handed out t
           }
         }
       };
+      // Every thread's first allocation happens before any thread goes on, while 8 MiB are
+      // free: a thread on an empty set must steal to get it (whatever the scheduling).
+      auto first = a.Allocate(kAlign);
+      if (first.ok()) {
+        claim(*first, 0, t + 1);
+        mine.push_back(std::move(first).value());
+        ++successes[t];
+      } else {
+        ++errors[t];
+      }
+      all_started.arrive_and_wait();
       for (int i = 0; i < kOps; ++i) {
         if (mine.empty() || rng() % 2 == 0) {
           const uint64_t bytes = 1 + rng() % (rng() % 8 == 0 ? 2 * kMiB : 128 * kKiB);

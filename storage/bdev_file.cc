@@ -10,7 +10,6 @@
 // Write, growth and Sync refuse to go on once the path names another file.
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,11 +17,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/codec.h"
 #include "common/log.h"
 #include "storage/alloc_log.h"
 #include "storage/bdev_base.h"
 #include "storage/sys_util.h"
+#include "storage/tier_header.h"
 
 namespace clio {
 namespace {
@@ -30,50 +29,13 @@ namespace {
 constexpr uint64_t kDataStart = 4096;
 constexpr uint32_t kTierFormatVersion = 1;
 constexpr char kTierMagic[8] = {'C', 'L', 'I', 'O', 'T', 'I', 'E', 'R'};
-constexpr size_t kHeaderFields = 40;  // bytes covered by the header checksum
 constexpr auto kLogSyncInterval = std::chrono::milliseconds(50);
 
-struct TierHeader {
-  uint64_t tier_id = 0;
-  uint64_t alignment = 0;
-  uint64_t created_ns = 0;
-};
-
-std::string EncodeTierHeader(const TierHeader& h) {
-  Encoder enc;
-  enc.PutRaw(std::string_view(kTierMagic, sizeof(kTierMagic)));
-  enc.Put<uint32_t>(kTierFormatVersion).Put<uint32_t>(0);
-  enc.Put<uint64_t>(h.tier_id).Put<uint64_t>(h.alignment).Put<uint64_t>(h.created_ns);
-  std::string& b = enc.buffer();
-  enc.Put<uint64_t>(XXH3_64bits(b.data(), b.size()));
-  std::string out = enc.Take();
+std::string EncodeFileTierHeader(const TierHeader& h) {
+  std::string out = EncodeTierHeader(std::string_view(kTierMagic, sizeof(kTierMagic)),
+                                     kTierFormatVersion, h);
   out.resize(kDataStart, '\0');
   return out;
-}
-
-Result<TierHeader> DecodeTierHeader(const std::string& path, const char* p) {
-  if (std::memcmp(p, kTierMagic, sizeof(kTierMagic)) != 0) {
-    return Corruption("tier file " + path + ": bad magic (not a CLIO tier file)");
-  }
-  Decoder dec(std::string_view(p + sizeof(kTierMagic), kHeaderFields));
-  uint32_t version = 0, reserved = 0;
-  TierHeader h;
-  uint64_t sum = 0;
-  dec.Get(&version);
-  dec.Get(&reserved);
-  dec.Get(&h.tier_id);
-  dec.Get(&h.alignment);
-  dec.Get(&h.created_ns);
-  dec.Get(&sum);
-  if (version != kTierFormatVersion) {
-    return Corruption("tier file " + path + ": format version " + std::to_string(version) +
-                      " is unknown (this build reads version " +
-                      std::to_string(kTierFormatVersion) + ")");
-  }
-  if (sum != XXH3_64bits(p, kHeaderFields)) {
-    return Corruption("tier file " + path + ": header checksum mismatch");
-  }
-  return h;
 }
 
 class FileBdev final : public BdevBase {
@@ -279,7 +241,7 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
     hdr.created_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
-    CLIO_RETURN_IF_ERROR(io->Write(0, EncodeTierHeader(hdr)));
+    CLIO_RETURN_IF_ERROR(io->Write(0, EncodeFileTierHeader(hdr)));
     CLIO_RETURN_IF_ERROR(io->Sync());
     CLIO_RETURN_IF_ERROR(SyncParentDir(c.name));
     size = kDataStart;
@@ -290,7 +252,10 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
     }
     std::string buf(kDataStart, '\0');
     CLIO_RETURN_IF_ERROR(io->Read(0, kDataStart, buf.data()));
-    CLIO_ASSIGN_OR_RETURN(hdr, DecodeTierHeader(c.name, buf.data()));
+    CLIO_ASSIGN_OR_RETURN(hdr, DecodeTierHeader(std::string_view(buf.data(), kTierHeaderSize),
+                                          std::string_view(kTierMagic, sizeof(kTierMagic)),
+                                          kTierFormatVersion, "tier file " + c.name,
+                                          "CLIO tier file"));
     if (c.tier_id != 0 && c.tier_id != hdr.tier_id) {
       return Corruption("tier file " + c.name + " holds tier id " + std::to_string(hdr.tier_id) +
                         ", but the configuration names tier id " + std::to_string(c.tier_id));

@@ -14,7 +14,6 @@
 //    per-block lock.
 // The written records reach the disk at Sync(), which the CTE calls before every metadata
 // commit: an index entry never names a block whose written record could be lost.
-#include <xxhash.h>
 
 #include <array>
 #include <chrono>
@@ -23,60 +22,20 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "common/codec.h"
 #include "common/log.h"
 #include "storage/alloc_log.h"
 #include "storage/bdev_base.h"
 #include "storage/objstore/object_store.h"
 #include "storage/sys_util.h"
+#include "storage/tier_header.h"
 
 namespace clio {
 namespace {
 
 constexpr uint64_t kDefaultObjectCapacity = 1ull << 40;  // 1 TiB of address space
-constexpr char kHeaderMagic[8] = {'C', 'L', 'I', 'O', 'O', 'B', 'J', 'T'};
+constexpr std::string_view kHeaderMagic = "CLIOOBJT";
 constexpr uint32_t kHeaderVersion = 1;
-constexpr size_t kHeaderFields = 8 + 4 + 4 + 8 + 8 + 8;  // magic .. created
 constexpr size_t kBlockLocks = 64;
-
-struct ObjectTierHeader {
-  uint64_t tier_id = 0;
-  uint64_t alignment = 0;
-  uint64_t created_ns = 0;
-};
-
-std::string EncodeHeader(const ObjectTierHeader& h) {
-  Encoder enc;
-  enc.PutRaw(std::string_view(kHeaderMagic, sizeof(kHeaderMagic)));
-  enc.Put<uint32_t>(kHeaderVersion).Put<uint32_t>(0);
-  enc.Put<uint64_t>(h.tier_id).Put<uint64_t>(h.alignment).Put<uint64_t>(h.created_ns);
-  std::string& b = enc.buffer();
-  enc.Put<uint64_t>(XXH3_64bits(b.data(), b.size()));
-  return enc.Take();
-}
-
-Result<ObjectTierHeader> DecodeHeader(const std::string& where, const std::string& s) {
-  if (s.size() != kHeaderFields + 8 || std::memcmp(s.data(), kHeaderMagic, 8) != 0) {
-    return Corruption(where + ": not a CLIO object tier header");
-  }
-  uint64_t sum = 0;
-  std::memcpy(&sum, s.data() + kHeaderFields, sizeof(sum));
-  if (XXH3_64bits(s.data(), kHeaderFields) != sum) {
-    return Corruption(where + ": header checksum mismatch");
-  }
-  Decoder d(std::string_view(s).substr(8, kHeaderFields - 8));
-  uint32_t version = 0, reserved = 0;
-  ObjectTierHeader h;
-  d.Get(&version);
-  d.Get(&reserved);
-  d.Get(&h.tier_id);
-  d.Get(&h.alignment);
-  d.Get(&h.created_ns);
-  if (version != kHeaderVersion) {
-    return Corruption(where + ": header version " + std::to_string(version) + " is unknown");
-  }
-  return h;
-}
 
 class ObjectBdev final : public BdevBase {
  public:
@@ -325,9 +284,11 @@ Result<std::unique_ptr<Bdev>> OpenObjectBdev(const BdevConfig& config) {
   auto header_read = store->GetAll(header_key);
   if (!header_read.ok()) return header_read.status().WithContext("opening tier " + where);
   std::optional<std::string> header_bytes = std::move(header_read).value();
-  std::optional<ObjectTierHeader> header;
+  std::optional<TierHeader> header;
   if (header_bytes) {
-    CLIO_ASSIGN_OR_RETURN(header, DecodeHeader(where + " object " + header_key, *header_bytes));
+    CLIO_ASSIGN_OR_RETURN(header, DecodeTierHeader(*header_bytes, kHeaderMagic, kHeaderVersion,
+                                                   "tier " + where + " object " + header_key,
+                                                   "CLIO object tier header"));
   }
   std::error_code ec;
   const std::filesystem::path log_dir = std::filesystem::path(c.alloc_log).parent_path();
@@ -376,10 +337,11 @@ Result<std::unique_ptr<Bdev>> OpenObjectBdev(const BdevConfig& config) {
     }
     // The log exists before the header: a crash between the two leaves an empty log, which
     // is taken over here.
-    ObjectTierHeader h{tier_id, c.alignment, static_cast<uint64_t>(
+    TierHeader h{tier_id, c.alignment, static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(
             std::chrono::system_clock::now().time_since_epoch()).count())};
-    CLIO_RETURN_IF_ERROR(store->Put(header_key, EncodeHeader(h)).WithContext("creating tier " + where));
+    CLIO_RETURN_IF_ERROR(store->Put(header_key, EncodeTierHeader(kHeaderMagic, kHeaderVersion, h))
+                             .WithContext("creating tier " + where));
     CLIO_LOG_INFO("tier {}: new object tier, id {}", where, tier_id);
   } else if (replay.records > 0) {
     CLIO_LOG_INFO("tier {}: replayed {} alloc log records: {} live ({} written), {} free", where,

@@ -83,6 +83,17 @@ inline std::string Pattern(size_t n, unsigned seed) {
   return s;
 }
 
+// Pseudo-random bytes of stream `seed` (an LCG): no period a misplaced range could hide in.
+inline std::string RandomBytes(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& c : s) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
 // True when files in `dir` can be opened with O_DIRECT.
 inline bool SupportsDirect(const std::string& dir) {
   const std::string probe = dir + "/.direct-probe";

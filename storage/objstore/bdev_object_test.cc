@@ -41,25 +41,12 @@ struct S3Fixture {
   }
   // A second client of the same bucket, to look at and tamper with objects.
   std::unique_ptr<ObjectStore> Peek() const {
-    S3Settings s;
-    s.access_key = server.access_key;
-    s.secret_key = server.secret_key;
-    s.endpoint = srv->url();
-    auto store = OpenS3Store(*ParseObjectLocation("tierbucket", "s3"), s, ObjectStoreOptions{});
+    auto store = OpenS3Store(*ParseObjectLocation("tierbucket", "s3"), server.Settings(),
+                             ObjectStoreOptions{});
     REQUIRE(store.ok());
     return std::move(store).value();
   }
 };
-
-std::string Bytes(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x = x * 1103515245u + 12345u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
 
 std::string ReadAll(Bdev* b, const ExtentList& ex, uint64_t off, uint64_t len) {
   std::string out(len, '\x55');
@@ -127,7 +114,7 @@ TEST_CASE("s3 bdev: blocks round trip, unwritten blocks read as zeros without re
     CAPTURE(n);
     auto ex = b->Allocate(n);
     REQUIRE(ex.ok());
-    const std::string data = Bytes(n, seed++);
+    const std::string data = RandomBytes(n, seed++);
     REQUIRE(b->Write(*ex, 0, data).ok());
     CHECK(ReadAll(b.get(), *ex, 0, n) == data);
     if (n > 10) CHECK(ReadAll(b.get(), *ex, n / 3, n / 3) == data.substr(n / 3, n / 3));
@@ -163,7 +150,7 @@ TEST_CASE("s3 bdev: a written block whose object is missing is an error, never z
   auto b = MustOpen(f.Config());
   auto ex = b->Allocate(4 * kKiB);
   REQUIRE(ex.ok());
-  REQUIRE(b->Write(*ex, 0, Bytes(4 * kKiB, 9)).ok());
+  REQUIRE(b->Write(*ex, 0, RandomBytes(4 * kKiB, 9)).ok());
   REQUIRE(f.Peek()->Delete(BlockKey(ex->front().offset)).ok());
   std::string out(4 * kKiB, '\0');
   Status s = b->Read(*ex, 0, out.size(), out.data());
@@ -184,7 +171,7 @@ TEST_CASE("s3 bdev: a failed write leaves the block unwritten") {
   auto ex = b->Allocate(4 * kKiB);
   REQUIRE(ex.ok());
   f.srv->Fault("500", 1000000, "PUT");
-  Status s = b->Write(*ex, 0, Bytes(4 * kKiB, 2));
+  Status s = b->Write(*ex, 0, RandomBytes(4 * kKiB, 2));
   CHECK(s.code() == Code::kIoError);
   CHECK(s.message().find("HTTP 500") != std::string::npos);
   REQUIRE(f.srv->Admin("POST", "/_admin/clear_faults").ok());
@@ -199,13 +186,13 @@ TEST_CASE("s3 bdev: freeing a block deletes its object; a reused offset starts a
   auto ex = b->Allocate(4 * kKiB);
   REQUIRE(ex.ok());
   const uint64_t off = ex->front().offset;
-  REQUIRE(b->Write(*ex, 0, Bytes(4 * kKiB, 4)).ok());
+  REQUIRE(b->Write(*ex, 0, RandomBytes(4 * kKiB, 4)).ok());
   REQUIRE(peek->GetAll(BlockKey(off))->has_value());
   REQUIRE(b->Free(*ex).ok());
   CHECK_FALSE(peek->GetAll(BlockKey(off))->has_value());
   // Even when a stale object is left behind (here planted), a new life of the offset never
   // shows it.
-  REQUIRE(peek->Put(BlockKey(off), Bytes(4 * kKiB, 5)).ok());
+  REQUIRE(peek->Put(BlockKey(off), RandomBytes(4 * kKiB, 5)).ok());
   auto again = b->Allocate(4 * kKiB);
   REQUIRE(again.ok());
   REQUIRE(again->front().offset == off);
@@ -220,7 +207,7 @@ TEST_CASE("s3 bdev: allocator state survives a restart; orphans are deleted") {
   S3Fixture f;
   auto peek = f.Peek();
   ExtentList kept, unwritten, orphan;
-  const std::string data = Bytes(64 * kKiB, 11);
+  const std::string data = RandomBytes(64 * kKiB, 11);
   {
     auto b = MustOpen(f.Config());
     kept = *b->Allocate(64 * kKiB);
@@ -287,6 +274,26 @@ TEST_CASE("s3 bdev: a lost allocator log or an emptied bucket is refused") {
     CHECK(r.status().code() == Code::kCorruption);
     CHECK_MESSAGE(r.status().message().find("no tier header") != std::string::npos, r.status().ToString());
   }
+  SUBCASE("a damaged or foreign tier header") {
+    auto peek = f.Peek();
+    auto bytes = peek->GetAll("node0/clio_tier");
+    REQUIRE(bytes.ok());
+    REQUIRE(bytes->has_value());
+    std::string damaged = **bytes;
+    damaged[20] ^= 0x01;  // a bit of the tier id
+    REQUIRE(peek->Put("node0/clio_tier", damaged).ok());
+    auto r = Bdev::Open(f.Config());
+    CHECK(r.status().code() == Code::kCorruption);
+    CHECK_MESSAGE(r.status().message().find("checksum mismatch") != std::string::npos,
+                  r.status().ToString());
+    std::string foreign = **bytes;
+    foreign.replace(0, 8, "CLIOTIER");  // a file tier's magic
+    REQUIRE(peek->Put("node0/clio_tier", foreign).ok());
+    r = Bdev::Open(f.Config());
+    CHECK(r.status().code() == Code::kCorruption);
+    CHECK(r.status().message().find("not a CLIO object tier header") != std::string::npos);
+    CHECK(r.status().message().find("clio_tier") != std::string::npos);
+  }
   SUBCASE("another tier id") {
     BdevConfig c = f.Config();
     c.tier_id = id + 1;
@@ -307,7 +314,7 @@ TEST_CASE("gcs bdev: round trip and restart") {
   c.type = BdevType::kGcs;
   c.name = "gcs://gbucket/tier";
   c.alloc_log = dir.File("gcs.alloc_log");
-  const std::string data = Bytes(200 * kKiB, 21);
+  const std::string data = RandomBytes(200 * kKiB, 21);
   ExtentList ex;
   {
     auto b = MustOpen(c);

@@ -56,20 +56,12 @@ class GcsStore final : public StoreBase {
 
   Status Get(const std::string& key, uint64_t offset, uint64_t len, char* out) override {
     if (len == 0) return Status::Ok();
-    const std::string range =
-        "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + len - 1);
+    const std::string range = RangeValue(offset, len);
     CLIO_ASSIGN_OR_RETURN(http::Response r, Call(What("download", key), [&] {
                             return Build("GET", ObjectPath(key) + "?alt=media", "",
                                          {{"Range", range}});
                           }));
-    if (r.status == 404) return NotFound(Failure("download", key, r));
-    if (r.status == 416) {
-      return IoError(Failure("download " + range, key, r) + " (the object is shorter than the block)");
-    }
-    if (r.status != 200 && r.status != 206) return HttpError("download", key, r);
-    CLIO_RETURN_IF_ERROR(CopyRangedBody(What("download", key), r, offset, len, out));
-    CountBytesGot(len);
-    return Status::Ok();
+    return FinishRangedGet("download", key, What("download", key), r, offset, len, out);
   }
 
   Result<std::optional<std::string>> GetAll(const std::string& key) override {

@@ -217,6 +217,24 @@ Status StoreBase::HttpError(std::string_view op, const std::string& key,
   return IoError(m);
 }
 
+std::string StoreBase::RangeValue(uint64_t offset, uint64_t len) {
+  return "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + len - 1);
+}
+
+Status StoreBase::FinishRangedGet(std::string_view op, const std::string& key,
+                                  const std::string& what, const http::Response& r,
+                                  uint64_t offset, uint64_t len, char* out) {
+  if (r.status == 404) return NotFound(Failure(op, key, r));
+  if (r.status == 416) {
+    return IoError(Failure(std::string(op) + " " + RangeValue(offset, len), key, r) +
+                   " (the object is shorter than the block)");
+  }
+  if (r.status != 200 && r.status != 206) return HttpError(op, key, r);
+  CLIO_RETURN_IF_ERROR(CopyRangedBody(what, r, offset, len, out));
+  CountBytesGot(len);
+  return Status::Ok();
+}
+
 Status CopyRangedBody(const std::string& what, const http::Response& r, uint64_t offset,
                       uint64_t len, char* out) {
   if (r.status == 200) {

@@ -13,15 +13,6 @@ using namespace clio::testing;
 
 namespace {
 
-S3Settings SettingsFor(const S3Server& srv) {
-  S3Settings s;
-  s.access_key = srv.access_key;
-  s.secret_key = srv.secret_key;
-  s.endpoint = srv.proc->url();
-  s.allow_bucket_create = true;
-  return s;
-}
-
 ObjectStoreOptions FastRetries(int budget_ms = 20000, int timeout_ms = 5000) {
   ObjectStoreOptions o;
   o.request_timeout = std::chrono::milliseconds(timeout_ms);
@@ -40,26 +31,16 @@ std::unique_ptr<ObjectStore> MustOpenS3(const S3Server& srv, const std::string& 
   return std::move(store).value();
 }
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x = x * 1103515245u + 12345u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("s3 store: round trip, ranges, delete") {
   S3Server srv;
-  auto store = MustOpenS3(srv, "roundtrip/some/prefix", SettingsFor(srv));
+  auto store = MustOpenS3(srv, "roundtrip/some/prefix", srv.Settings());
   REQUIRE(store->EnsureBucket(true).ok());
   for (size_t n : {size_t{1}, size_t{511}, size_t{4096}, size_t{65537}, size_t{1} << 20}) {
     CAPTURE(n);
     const std::string key = "some/prefix/obj_" + std::to_string(n);
-    const std::string data = Bytes(n, static_cast<uint32_t>(n));
+    const std::string data = RandomBytes(n, static_cast<uint32_t>(n));
     REQUIRE(store->Put(key, data).ok());
     auto all = store->GetAll(key);
     REQUIRE(all.ok());
@@ -92,7 +73,7 @@ TEST_CASE("s3 store: round trip, ranges, delete") {
 
 TEST_CASE("s3 store: bucket creation rules") {
   S3Server srv;
-  S3Settings no_create = SettingsFor(srv);
+  S3Settings no_create = srv.Settings();
   no_create.allow_bucket_create = false;
   auto store = MustOpenS3(srv, "not-there-yet", no_create);
   Status s = store->EnsureBucket(false);
@@ -130,7 +111,7 @@ TEST_CASE("s3 store: credentials") {
       MESSAGE("SKIPPED: s3rver accepts any signature made with a known access key");
       return;
     }
-    S3Settings bad = SettingsFor(srv);
+    S3Settings bad = srv.Settings();
     bad.secret_key = "wrong-secret";
     auto store = MustOpenS3(srv, "credbucket", bad);
     Status s = store->EnsureBucket(true);
@@ -143,7 +124,7 @@ TEST_CASE("s3 store: credentials") {
     CHECK(store->Stats().retries == 0);
   }
   SUBCASE("a wrong access key") {
-    S3Settings bad = SettingsFor(srv);
+    S3Settings bad = srv.Settings();
     bad.access_key = "NOSUCHKEY";
     auto store = MustOpenS3(srv, "credbucket", bad);
     CHECK(store->EnsureBucket(true).code() == Code::kPermissionDenied);
@@ -153,7 +134,7 @@ TEST_CASE("s3 store: credentials") {
 TEST_CASE("s3 store: session token") {
   if (UseS3rver()) return;  // s3rver ignores session tokens
   S3Server srv("session-token-123");
-  S3Settings s = SettingsFor(srv);
+  S3Settings s = srv.Settings();
   auto without = MustOpenS3(srv, "tokbucket", s);
   CHECK(without->EnsureBucket(true).code() == Code::kPermissionDenied);
   s.session_token = "session-token-123";
@@ -168,9 +149,9 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     return;
   }
   S3Server srv;
-  auto store = MustOpenS3(srv, "faulty", SettingsFor(srv));
+  auto store = MustOpenS3(srv, "faulty", srv.Settings());
   REQUIRE(store->EnsureBucket(true).ok());
-  const std::string data = Bytes(100000, 7);
+  const std::string data = RandomBytes(100000, 7);
   for (std::string kind : {"500", "503", "429", "drop", "truncate", "bad_length", "non_xml"}) {
     CAPTURE(kind);
     // A PUT answer has no body to cut short: truncation faults only apply to GETs.
@@ -191,7 +172,7 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     CHECK(store->Stats().retries - before == 2);
   }
   SUBCASE("a slow response times out and is retried") {
-    auto quick = MustOpenS3(srv, "faulty", SettingsFor(srv), FastRetries(20000, 300));
+    auto quick = MustOpenS3(srv, "faulty", srv.Settings(), FastRetries(20000, 300));
     srv.proc->Fault("slow", 1, "GET", 3.0);
     std::string back(10, '\0');
     REQUIRE(quick->Get("obj", 5, 10, back.data()).ok());
@@ -199,7 +180,7 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     CHECK(quick->Stats().retries == 1);
   }
   SUBCASE("the retry budget bounds the total time") {
-    auto bounded = MustOpenS3(srv, "faulty", SettingsFor(srv), FastRetries(300));
+    auto bounded = MustOpenS3(srv, "faulty", srv.Settings(), FastRetries(300));
     srv.proc->Fault("non_xml", 100000, "PUT");
     Status s = bounded->Put("obj2", "x");
     CHECK(s.code() == Code::kIoError);
@@ -245,7 +226,7 @@ TEST_CASE("gcs store: bearer token, round trip, bucket rules") {
   CHECK(missing.code() == Code::kNotFound);
   CHECK(missing.message().find("GCS_ALLOW_BUCKET_CREATE") != std::string::npos);
   REQUIRE((*store)->EnsureBucket(true).ok());
-  const std::string data = Bytes(300000, 3);
+  const std::string data = RandomBytes(300000, 3);
   REQUIRE((*store)->Put("pre/block_0", data).ok());
   std::string part(1000, '\0');
   REQUIRE((*store)->Get("pre/block_0", 4096, part.size(), part.data()).ok());

@@ -37,6 +37,14 @@ class StoreBase : public ObjectStore {
   // InvalidArgument for other 4xx, IoError otherwise.
   Status HttpError(std::string_view op, const std::string& key, const http::Response& r) const;
 
+  // "bytes=<offset>-<offset+len-1>" (len > 0).
+  static std::string RangeValue(uint64_t offset, uint64_t len);
+  // The answer to a ranged GET of `key` (operation `op`, described by `what`): 404 ->
+  // NotFound, 416 -> IoError (the object is shorter than the block), another status ->
+  // HttpError, else the bytes copied into `out` (CopyRangedBody) and counted.
+  Status FinishRangedGet(std::string_view op, const std::string& key, const std::string& what,
+                         const http::Response& r, uint64_t offset, uint64_t len, char* out);
+
   void CountBytesPut(uint64_t n) { bytes_put_.fetch_add(n); }
   void CountBytesGot(uint64_t n) { bytes_got_.fetch_add(n); }
 

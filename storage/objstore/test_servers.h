@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "storage/objstore/http.h"
+#include "storage/objstore/object_store.h"
 #include "storage/test_util.h"
 
 namespace clio::testing {
@@ -194,6 +195,15 @@ struct S3Server {
       proc = StartS3Standin(dir, session_token);
     }
     REQUIRE(proc->running());
+  }
+  // Settings for this server's credentials and endpoint, bucket creation allowed.
+  S3Settings Settings() const {
+    S3Settings s;
+    s.access_key = access_key;
+    s.secret_key = secret_key;
+    s.endpoint = proc->url();
+    s.allow_bucket_create = true;
+    return s;
   }
 };
 
