@@ -16,7 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <new>
-#include <unordered_set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -40,37 +40,61 @@ struct Timeouts {
 Timeouts g_timeouts;  // set once in Main() before the session starts
 constexpr uint32_t kReadDirPage = 1024;
 
-// Inodes known to have no security.capability attribute. The kernel asks for it before every
-// write (to drop file capabilities), which would otherwise cost a runtime round trip per
-// write(2). This mount is the only writer of the namespace, so the answer stays true until it
-// sets or removes that attribute itself.
-class NoCapabilityCache {
+// Extended attributes the kernel and common tools ask for on every file, remembered per
+// inode as known to be absent: security.capability before every write(2) (to drop file
+// capabilities), security.selinux and the POSIX ACLs on every `ls -l`. Without this each of
+// those costs a runtime round trip that answers ENODATA. This mount is the only writer of the
+// namespace, so an answer stays true until the mount sets or removes that attribute itself.
+// A set or remove bumps an epoch; a lookup that raced with one is not remembered.
+class AbsentXattrCache {
  public:
-  static constexpr std::string_view kName = "security.capability";
-  bool Has(uint64_t ino) {
-    MutexLock l(&mu_);
-    return inos_.count(ino) != 0;
+  static constexpr std::string_view kNames[] = {"security.capability", "security.selinux",
+                                                "system.posix_acl_access",
+                                                "system.posix_acl_default"};
+  // The bit of a tracked name, 0 for any other name.
+  static uint8_t Bit(std::string_view name) {
+    for (size_t i = 0; i < std::size(kNames); ++i) {
+      if (name == kNames[i]) return static_cast<uint8_t>(1u << i);
+    }
+    return 0;
   }
-  void Add(uint64_t ino) {
+  static constexpr uint8_t kAll = (1u << std::size(kNames)) - 1;
+
+  bool Absent(uint64_t ino, uint8_t bit) {
     MutexLock l(&mu_);
-    if (inos_.size() >= kMaxEntries) inos_.clear();  // a bound, not an eviction policy
-    inos_.insert(ino);
+    auto it = absent_.find(ino);
+    return it != absent_.end() && (it->second & bit) != 0;
   }
-  void Remove(uint64_t ino) {
+  uint64_t epoch() {
     MutexLock l(&mu_);
-    inos_.erase(ino);
+    return epoch_;
+  }
+  // Remembers `bits` as absent on `ino`, unless a set or remove happened since `epoch`.
+  void MarkAbsent(uint64_t ino, uint8_t bits, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (absent_.size() >= kMaxEntries) absent_.clear();  // a bound, not an eviction policy
+    absent_[ino] |= bits;
+  }
+  // Before a set or remove of `name` on `ino`.
+  void Changing(uint64_t ino, uint8_t bit) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    auto it = absent_.find(ino);
+    if (it != absent_.end()) it->second &= static_cast<uint8_t>(~bit);
   }
 
  private:
   static constexpr size_t kMaxEntries = 1u << 20;
   Mutex mu_;
-  std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, uint8_t> absent_ GUARDED_BY(mu_);
 };
 
 struct FuseState {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
-  NoCapabilityCache no_caps;
+  AbsentXattrCache absent_xattrs;
 };
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
@@ -242,7 +266,11 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
   fuse_entry_param ent = ToEntry(a);
   fi->keep_cache = 1;
-  State(req)->no_caps.Add(a.ino);  // a new file has no attributes
+  // A new file has no attributes (an inherited default ACL arrives by setxattr, through us).
+  {
+    AbsentXattrCache& c = State(req)->absent_xattrs;
+    c.MarkAbsent(a.ino, AbsentXattrCache::kAll, c.epoch());
+  }
   // If the caller was interrupted the kernel never sends release: undo the open here.
   if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
 }
@@ -399,7 +427,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
-  if (name == NoCapabilityCache::kName) State(req)->no_caps.Remove(ino);
+  if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
   ReplyStatus(req, Call(req, FsMethod::kSetXattr, e));
@@ -414,12 +442,14 @@ void ReplyXattr(fuse_req_t req, const Result<std::string>& r, size_t size) {
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  const bool caps = name == NoCapabilityCache::kName;
-  if (caps && State(req)->no_caps.Has(ino)) return (void)fuse_reply_err(req, ENODATA);
+  AbsentXattrCache& cache = State(req)->absent_xattrs;
+  const uint8_t bit = AbsentXattrCache::Bit(name);
+  if (bit != 0 && cache.Absent(ino, bit)) return (void)fuse_reply_err(req, ENODATA);
+  const uint64_t epoch = cache.epoch();
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name);
   auto r = Call(req, FsMethod::kGetXattr, e);
-  if (caps && r.status().code() == Code::kNoData) State(req)->no_caps.Add(ino);
+  if (bit != 0 && r.status().code() == Code::kNoData) cache.MarkAbsent(ino, bit, epoch);
   ReplyXattr(req, r, size);
 }
 
@@ -430,7 +460,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  if (name == NoCapabilityCache::kName) State(req)->no_caps.Remove(ino);
+  if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name);
   ReplyStatus(req, Call(req, FsMethod::kRemoveXattr, e));

@@ -1383,6 +1383,22 @@ def g_xattr(t):
         expect_errno(errno.EPERM, os.setxattr, t.p("ln"), "user.x", b"1", follow_symlinks=False)
     with t.case("unknown_namespace"):
         expect_errno(errno.EOPNOTSUPP, os.setxattr, t.p("f2"), "bogus.x", b"1")
+    with t.case("security_names_set_get_remove", only="root"):
+        if runs(t, "root"):
+            # Names clio-fuse remembers as absent (security.selinux is asked by every ls -l):
+            # an answer of "absent" must not outlive a set or a remove.
+            g = t.p("sec")
+            write_file(g, b"x")
+            for round_ in range(2):
+                expect_errno(errno.ENODATA, os.getxattr, g, "security.selinux")
+                os.setxattr(g, "security.selinux", b"clio_t%d" % round_)
+                eq(os.getxattr(g, "security.selinux"), b"clio_t%d" % round_,
+                   "security.selinux after set")
+                os.removexattr(g, "security.selinux")
+            expect_errno(errno.ENODATA, os.getxattr, g, "security.selinux")
+            os.link(g, t.p("sec2"))
+            os.setxattr(t.p("sec2"), "security.selinux", b"via_link")
+            eq(os.getxattr(g, "security.selinux"), b"via_link", "set through another link")
     with t.case("trusted_eperm", only="user"):
         if runs(t, "user"):
             expect_errno(errno.EPERM, os.setxattr, t.p("f2"), "trusted.x", b"1")
