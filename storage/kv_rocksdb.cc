@@ -185,6 +185,17 @@ Result<KvPairs> RocksDbKv::Scan(std::string_view prefix, std::string_view start_
   auto c = first(committing);
 
   rocksdb::ReadOptions ro;
+  // The end of the prefix range as an upper bound: without it, a Seek whose range holds no
+  // live key walks every tombstone up to the next live key beyond the range (after N unlinks,
+  // each unlink's scans cost O(N)).
+  std::string limit_key(prefix);
+  while (!limit_key.empty() && static_cast<unsigned char>(limit_key.back()) == 0xff) limit_key.pop_back();
+  rocksdb::Slice upper;
+  if (!limit_key.empty()) {
+    limit_key.back() = static_cast<char>(static_cast<unsigned char>(limit_key.back()) + 1);
+    upper = rocksdb::Slice(limit_key);
+    ro.iterate_upper_bound = &upper;
+  }
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   const std::string_view seek = after ? start_after : prefix;
   it->Seek(rocksdb::Slice(seek.data(), seek.size()));

@@ -153,6 +153,31 @@ TEST_CASE("kv: a batch is all or nothing when a condition fails") {
   CHECK(kv->Close().ok());
 }
 
+TEST_CASE("kv: prefix scans of committed keys stop at the range, also at 0xff bytes") {
+  TempDir dir;
+  auto kv = Open(dir.db());
+  const std::string ff = "a\xff";
+  for (const std::string& k : {ff, ff + "\x01", ff + "\xff", std::string("a\xfe"), std::string("b"),
+                               std::string("\xff\xff"), std::string("\xff\xff\x00", 3)}) {
+    PutOrDie(*kv, k, "v");
+  }
+  // Tombstones right after a range must not be returned (and not be walked: iterate bound).
+  for (int i = 0; i < 100; ++i) PutOrDie(*kv, "c/" + std::to_string(i), "x");
+  KvBatch del;
+  for (int i = 0; i < 100; ++i) del.Delete("c/" + std::to_string(i));
+  REQUIRE(kv->Apply(std::move(del)).ok());
+  REQUIRE(kv->Sync().ok());  // into RocksDB itself, not the overlay
+  CHECK(Keys(ScanOrDie(*kv, ff)) == std::vector<std::string>{ff, ff + "\x01", ff + "\xff"});
+  CHECK(Keys(ScanOrDie(*kv, "a")) ==
+        std::vector<std::string>{"a\xfe", ff, ff + "\x01", ff + "\xff"});
+  CHECK(Keys(ScanOrDie(*kv, "\xff\xff")) ==
+        std::vector<std::string>{"\xff\xff", std::string("\xff\xff\x00", 3)});
+  CHECK(ScanOrDie(*kv, "b/").empty());
+  CHECK(ScanOrDie(*kv, "c/").empty());
+  CHECK(ScanOrDie(*kv, "").size() == 7);
+  CHECK(Keys(ScanOrDie(*kv, "a", ff)) == std::vector<std::string>{ff + "\x01", ff + "\xff"});
+}
+
 TEST_CASE("kv: scans are ordered, prefix-bounded, paged and limited") {
   TempDir dir;
   auto kv = Open(dir.db());
