@@ -57,7 +57,7 @@ struct Cte::TierLifetime {
 
 Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
-  std::unique_ptr<Cte> cte(new Cte(kv, config.flush_interval_ms));
+  std::unique_ptr<Cte> cte(new Cte(kv, config));
   cte->lifetime_ = std::make_shared<TierLifetime>();
   KvBatch records;
   for (const TierConfig& tc : config.tiers) {
@@ -88,10 +88,13 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   CLIO_RETURN_IF_ERROR(kv->Apply(std::move(records)));
   CLIO_RETURN_IF_ERROR(cte->Recover());
 
+  std::vector<Bdev*> persistent;
+  for (Tier& t : cte->tiers_)
+    if (!t.is_volatile) persistent.push_back(t.bdev.get());
+  cte->reservations_ = std::make_unique<FlushReservations>(persistent);
   {
     MutexLock l(&cte->lifetime_->mu);
-    for (Tier& t : cte->tiers_)
-      if (!t.is_volatile) cte->lifetime_->persistent.push_back(t.bdev.get());
+    cte->lifetime_->persistent = persistent;
   }
   // Bytes and allocations reach the disk before the index entries that name them. Once the
   // tiers are closed no index change may commit: it could name bytes that were never synced.
@@ -212,11 +215,21 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
   Status last = NoSpace("no tier has room for " + std::to_string(data.size()) + " bytes");
   for (Tier& t : tiers_) {
     if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
-    const bool in_place = !e.copies.empty() && e.copies.front().tier_id == t.bdev->tier_id();
+    const uint64_t tid = t.bdev->tier_id();
+    const bool in_place = !e.copies.empty() && e.copies.front().tier_id == tid;
     ExtentList added;
     uint64_t have = in_place ? TotalSize(e.copies.front().extents) : 0;
     if (end > have) {
+      // A direct write to a persistent tier may not take room reserved for flushes.
+      if (!t.is_volatile) {
+        Status h = reservations_->Hold(end - have);
+        if (!h.ok()) {
+          last = h.WithContext("tier '" + t.name + "'");
+          continue;
+        }
+      }
       auto a = t.bdev->Allocate(end - have);
+      if (!t.is_volatile) reservations_->Unhold(end - have);
       if (!a.ok()) {
         if (a.status().code() != Code::kNoSpace) return a.status().WithContext("tier '" + t.name + "'");
         last = a.status();
@@ -224,32 +237,48 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
       }
       added = std::move(a).value();
     }
-    BlobCopy fresh;
-    BlobCopy* c = &fresh;
-    if (in_place) {
-      c = &e.copies.front();
-    } else {
-      fresh.tier_id = t.bdev->tier_id();
-    }
-    c->extents.insert(c->extents.end(), added.begin(), added.end());
-    Status w = t.bdev->Write(c->extents, offset, data);
-    if (!w.ok()) {
+    auto free_added = [&] {
       if (!added.empty()) (void)t.bdev->Free(added);
+    };
+    BlobEntry next = e;
+    if (!in_place) {
+      BlobCopy fresh;
+      fresh.tier_id = tid;
+      next.copies.insert(next.copies.begin(), std::move(fresh));
+    }
+    BlobCopy& c = next.copies.front();
+    c.extents.insert(c.extents.end(), added.begin(), added.end());
+    c.written.Add(offset, end);
+    c.generation = generation_.fetch_add(1);
+    c.state = t.is_volatile ? CopyState::kDirty : CopyState::kClean;
+
+    uint64_t prev_reserved = 0;
+    if (t.is_volatile) {
+      // Room for the flushed copy, so a full persistent tier fails the write now.
+      Status r = reservations_->ReserveBlob(tag, blob, next.size(), &prev_reserved);
+      if (!r.ok()) {
+        free_added();
+        return r.WithContext("writing to volatile tier '" + t.name + "'");
+      }
+    }
+    auto undo = [&] {
+      free_added();
+      if (t.is_volatile) reservations_->RestoreBlob(tag, blob, prev_reserved);
+    };
+    Status w = t.bdev->Write(c.extents, offset, data);
+    if (!w.ok()) {
+      undo();
       return w.WithContext("writing blob to tier '" + t.name + "'");
     }
-    c->written.Add(offset, end);
-    c->generation = generation_.fetch_add(1);
-    c->state = t.is_volatile ? CopyState::kDirty : CopyState::kClean;
-    if (!in_place) e.copies.insert(e.copies.begin(), std::move(fresh));
     KvBatch batch;
-    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
     Status a = kv_->Apply(std::move(batch));
     if (!a.ok()) {
-      if (!added.empty()) (void)t.bdev->Free(added);
+      undo();
       return a;
     }
     if (t.is_volatile) MarkDirty(tag, blob);
-    if (stored_delta) *stored_delta = static_cast<int64_t>(e.stored()) - static_cast<int64_t>(stored_before);
+    if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
     return Status::Ok();
   }
   return last;
@@ -285,6 +314,16 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
   return ReadMerged(e, offset, len, out);
 }
 
+Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  std::vector<CopyLocation> out;
+  for (const BlobCopy& c : e.copies)
+    out.push_back({c.tier_id, c.state == CopyState::kDirty, c.written.bytes()});
+  return out;
+}
+
 void Cte::ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch) {
   for (BlobCopy& c : copies) {
     Tier* t = TierById(c.tier_id);
@@ -316,6 +355,8 @@ Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stor
   batch.Delete(BlobKey(tag, blob));
   ReleaseCopies(std::move(e.copies), &batch);
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  // Nothing left to flush: its reservation goes with it.
+  reservations_->ReleaseBlob(tag, blob);
   MutexLock d(&dirty_mu_);
   dirty_.erase({tag, blob});
   return Status::Ok();

@@ -3,8 +3,12 @@
 // A blob is (tag, blob id) -> bytes; the filesystem uses tag = inode, blob = chunk index.
 // PutBlob places bytes on the highest-score healthy tier with room, falling through to lower
 // tiers when one is full. Data on a volatile tier is dirty until the flusher (every
-// flush_interval_ms) or FlushTag() copies it to a persistent tier. Index entries are written
-// only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
+// flush_interval_ms) or FlushTag() copies it to a persistent tier (cte_writeback.cc).
+//
+// Write-back space (tier_space.h): a write that lands dirty on a volatile tier reserves room
+// for its persistent copy, so NoSpace comes back from PutBlob, not from a later flush.
+//
+// Index entries are written only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
 // before a metadata commit, and extents an index change releases are freed only once that
 // change is durable. At Open(), volatile copies are dropped from the index and each persistent
 // tier's allocator is reconciled with the extents the index names.
@@ -26,6 +30,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "placement/blob_index.h"
+#include "placement/tier_space.h"
 #include "storage/bdev.h"
 #include "storage/kv.h"
 
@@ -39,6 +44,21 @@ struct TierConfig {
 struct CteConfig {
   std::vector<TierConfig> tiers;
   uint32_t flush_interval_ms = 2000;
+};
+
+// Write-back counters (read by tests; not yet exported to `clioctl` or metrics).
+struct WritebackStats {
+  uint64_t reserved = 0;        // bytes reserved on the persistent tiers for flushes
+  uint64_t dirty_blobs = 0;     // blobs waiting for the flusher
+  uint64_t flush_failures = 0;  // background flushes that failed (and will retry)
+};
+
+// One copy of a blob, as LocateBlob reports it.
+struct CopyLocation {
+  uint64_t tier_id = 0;
+  bool dirty = false;
+  uint64_t bytes = 0;  // written bytes of this copy
+  bool operator==(const CopyLocation&) const = default;
 };
 
 struct TierInfo {
@@ -59,7 +79,8 @@ class Cte {
   // `stored_delta` (optional) receives the change in the blob's stored bytes (the union of its
   // copies' written ranges), which the filesystem sums into st_blocks.
   //
-  // Writes `data` at `offset` of the blob. NoSpace when no tier has room.
+  // Writes `data` at `offset` of the blob. NoSpace when no tier has room, or when the write
+  // would land on a volatile tier and the persistent tiers cannot hold its flushed copy.
   Status PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
                  int64_t* stored_delta = nullptr);
   // Reads [offset, offset+len) into out; bytes never written read as zeros.
@@ -74,6 +95,8 @@ class Cte {
                    int64_t* stored_delta = nullptr);
   // Byte ranges of the blob that hold written data, over all its copies.
   Result<RangeSet> BlobRanges(uint64_t tag, uint64_t blob);
+  // The blob's copies, newest first (which tiers hold it, and whether each is dirty).
+  Result<std::vector<CopyLocation>> LocateBlob(uint64_t tag, uint64_t blob);
   // Blob ids of a tag, ascending.
   Result<std::vector<uint64_t>> ListBlobs(uint64_t tag);
   // Removes every blob of the tag.
@@ -90,6 +113,7 @@ class Cte {
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
+  WritebackStats GetWritebackStats();
 
   // Stops the flusher after flushing everything.
   Status Stop();
@@ -106,7 +130,7 @@ class Cte {
   };
   static constexpr size_t kStripes = 256;
 
-  Cte(KvStore* kv, uint32_t flush_interval_ms) : kv_(kv), flush_interval_ms_(flush_interval_ms) {}
+  Cte(KvStore* kv, const CteConfig& c) : kv_(kv), flush_interval_ms_(c.flush_interval_ms) {}
   Status Recover();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
   Tier* TierById(uint64_t id);
@@ -128,7 +152,10 @@ class Cte {
   std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open
   std::unique_ptr<Stripe[]> stripes_ = std::make_unique<Stripe[]>(kStripes);
   std::atomic<uint64_t> generation_{1};
+  std::unique_ptr<FlushReservations> reservations_;  // set in Open(), once the tiers are known
+  std::atomic<uint64_t> flush_failures_{0};
 
+  // Lock order: one stripe's mu (never two at once) -> dirty_mu_ -> reservations_'s mutex.
   Mutex dirty_mu_;
   std::set<std::pair<uint64_t, uint64_t>> dirty_ GUARDED_BY(dirty_mu_);
   std::vector<std::pair<uint64_t, Status>> flush_errors_ GUARDED_BY(dirty_mu_);

@@ -1,4 +1,5 @@
-// Write-back: the dirty set, the flusher and FlushTag/FlushAll (see cte.h).
+// Write-back: the dirty set, the flusher and FlushTag/FlushAll. See cte.h for the contract
+// and tier_space.h for the space accounting.
 #include <algorithm>
 #include <chrono>
 
@@ -24,7 +25,10 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   bool dirty = std::any_of(e.copies.begin(), e.copies.end(),
                            [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
-  if (!dirty) return Status::Ok();
+  if (!dirty) {
+    reservations_->ReleaseBlob(tag, blob);
+    return Status::Ok();
+  }
   const uint64_t size = e.size();
   if (size == 0) return RemoveLocked(tag, blob, std::move(e));  // truncated to nothing
   RangeSet all;
@@ -33,6 +37,8 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   std::string buf(size, '\0');
   CLIO_RETURN_IF_ERROR(ReadMerged(e, 0, size, buf.data()));
 
+  // The room was reserved when the blob became dirty (reservations_), so this allocation
+  // finds it unless the host filesystem under a file tier filled up meanwhile.
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
   for (Tier& t : tiers_) {
     if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
@@ -95,6 +101,8 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     // Volatile copies die with the process anyway: their room is reusable at once (every
     // reader holds this blob's stripe lock, so none is reading them).
     for (auto& [b, ext] : free_now) (void)b->Free(ext);
+    // The persistent copy is allocated and recorded: its reservation is spent.
+    reservations_->ReleaseBlob(tag, blob);
     return Status::Ok();
   }
   return last;
@@ -166,6 +174,7 @@ void Cte::FlusherLoop() {
     for (auto [tag, blob] : batch) {
       Status s = FlushOne(tag, blob);
       if (!s.ok()) {
+        flush_failures_.fetch_add(1);
         CLIO_LOG_WARN("flushing blob {}:{}: {} (kept dirty, will retry)", tag, blob, s.ToString());
         MutexLock d(&dirty_mu_);
         bool found = false;
@@ -188,6 +197,15 @@ Status Cte::Stop() {
   Status s = FlushAll();
   Status k = kv_->Sync();
   return s.ok() ? k : s;
+}
+
+WritebackStats Cte::GetWritebackStats() {
+  WritebackStats w;
+  w.reserved = reservations_->reserved();
+  w.flush_failures = flush_failures_.load();
+  MutexLock d(&dirty_mu_);
+  w.dirty_blobs = dirty_.size();
+  return w;
 }
 
 }  // namespace clio
