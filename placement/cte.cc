@@ -77,9 +77,21 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
     for (const Tier& t : cte->tiers_)
       if (t.bdev->tier_id() == (*bdev)->tier_id())
         return Corruption("tiers '" + t.name + "' and '" + bc.name + "' have the same id");
-    bool is_volatile = (*bdev)->GetStats().persistence == Persistence::kVolatile;
-    records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), (*bdev)->GetStats().persistence));
-    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile});
+    const BdevStats stats = (*bdev)->GetStats();
+    bool is_volatile = stats.persistence == Persistence::kVolatile;
+    uint64_t dirty_limit = 0;
+    if (is_volatile) {
+      dirty_limit = tc.dirty_limit ? tc.dirty_limit : stats.capacity / 2;
+      if (dirty_limit > stats.capacity)
+        return InvalidArgument("tier '" + bc.name + "': dirty_limit (" + std::to_string(dirty_limit) +
+                               " bytes) is larger than the tier's capacity (" +
+                               std::to_string(stats.capacity) + " bytes)");
+    } else if (tc.dirty_limit) {
+      return InvalidArgument("tier '" + bc.name + "': dirty_limit applies only to volatile tiers; "
+                             "a persistent tier holds no dirty data");
+    }
+    records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
+    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit});
   }
   std::stable_sort(cte->tiers_.begin(), cte->tiers_.end(),
                    [](const Tier& a, const Tier& b) { return a.score > b.score; });
@@ -89,8 +101,12 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   CLIO_RETURN_IF_ERROR(cte->Recover());
 
   std::vector<Bdev*> persistent;
-  for (Tier& t : cte->tiers_)
-    if (!t.is_volatile) persistent.push_back(t.bdev.get());
+  for (Tier& t : cte->tiers_) {
+    if (t.is_volatile)
+      cte->dirty_bytes_.AddTier(t.bdev->tier_id(), std::max<uint64_t>(t.dirty_limit, 1));
+    else
+      persistent.push_back(t.bdev.get());
+  }
   cte->reservations_ = std::make_unique<FlushReservations>(persistent);
   {
     MutexLock l(&cte->lifetime_->mu);
@@ -206,14 +222,41 @@ Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
 Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
                     int64_t* stored_delta) {
   if (data.empty()) return Status::Ok();
+  if (offset + data.size() < offset) return InvalidArgument("blob write past 2^64");
+  std::vector<bool> skip(tiers_.size(), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(dirty_wait_ms_);
+  while (true) {
+    PutAttempt a = PutOnce(tag, blob, offset, data, stored_delta, skip);
+    switch (a.step) {
+      case PutStep::kDone:
+        return a.status;
+      case PutStep::kWaitDirty:
+        // No lock is held here: the flusher needs this blob's stripe to make room.
+        KickFlusher();
+        if (!dirty_bytes_.WaitForRoom(tiers_[a.tier].bdev->tier_id(), a.bytes, deadline)) {
+          CLIO_LOG_WARN("tier '{}' stayed at its dirty limit for {} ms; placing the write on the next tier",
+                        tiers_[a.tier].name, dirty_wait_ms_);
+          skip[a.tier] = true;
+        }
+        break;
+    }
+  }
+}
+
+Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
+                             int64_t* stored_delta, const std::vector<bool>& skip) {
+  auto done = [](Status s) { return PutAttempt{PutStep::kDone, std::move(s), 0, 0}; };
   const uint64_t end = offset + data.size();
-  if (end < offset) return InvalidArgument("blob write past 2^64");
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
-  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  auto loaded = LoadEntry(tag, blob);
+  if (!loaded.ok()) return done(loaded.status());
+  const BlobEntry& e = *loaded;
   const uint64_t stored_before = e.stored();
   Status last = NoSpace("no tier has room for " + std::to_string(data.size()) + " bytes");
-  for (Tier& t : tiers_) {
+  for (size_t ti = 0; ti < tiers_.size(); ++ti) {
+    Tier& t = tiers_[ti];
+    if (skip[ti]) continue;
     if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
     const uint64_t tid = t.bdev->tier_id();
     const bool in_place = !e.copies.empty() && e.copies.front().tier_id == tid;
@@ -231,7 +274,7 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
       auto a = t.bdev->Allocate(end - have);
       if (!t.is_volatile) reservations_->Unhold(end - have);
       if (!a.ok()) {
-        if (a.status().code() != Code::kNoSpace) return a.status().WithContext("tier '" + t.name + "'");
+        if (a.status().code() != Code::kNoSpace) return done(a.status().WithContext("tier '" + t.name + "'"));
         last = a.status();
         continue;  // full: fall through to the next tier
       }
@@ -252,36 +295,47 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
     c.generation = generation_.fetch_add(1);
     c.state = t.is_volatile ? CopyState::kDirty : CopyState::kClean;
 
-    uint64_t prev_reserved = 0;
+    uint64_t prev_reserved = 0, prev_dirty = 0;
     if (t.is_volatile) {
-      // Room for the flushed copy, so a full persistent tier fails the write now.
+      // Room for the flushed copy first, so a full persistent tier fails the write now.
       Status r = reservations_->ReserveBlob(tag, blob, next.size(), &prev_reserved);
       if (!r.ok()) {
         free_added();
-        return r.WithContext("writing to volatile tier '" + t.name + "'");
+        return done(r.WithContext("writing to volatile tier '" + t.name + "'"));
+      }
+      uint64_t dirty_here = 0;
+      for (const BlobCopy& x : next.copies)
+        if (x.tier_id == tid && x.state == CopyState::kDirty) dirty_here += TotalSize(x.extents);
+      if (!dirty_bytes_.TryCharge(tid, tag, blob, dirty_here, &prev_dirty)) {
+        free_added();
+        reservations_->RestoreBlob(tag, blob, prev_reserved);
+        return PutAttempt{PutStep::kWaitDirty, Status::Ok(), ti, dirty_here - prev_dirty};
       }
     }
     auto undo = [&] {
       free_added();
-      if (t.is_volatile) reservations_->RestoreBlob(tag, blob, prev_reserved);
+      if (t.is_volatile) {
+        dirty_bytes_.SetCharge(tid, tag, blob, prev_dirty);
+        reservations_->RestoreBlob(tag, blob, prev_reserved);
+      }
     };
     Status w = t.bdev->Write(c.extents, offset, data);
     if (!w.ok()) {
       undo();
-      return w.WithContext("writing blob to tier '" + t.name + "'");
+      return done(w.WithContext("writing blob to tier '" + t.name + "'"));
     }
     KvBatch batch;
     batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
     Status a = kv_->Apply(std::move(batch));
     if (!a.ok()) {
       undo();
-      return a;
+      return done(a);
     }
     if (t.is_volatile) MarkDirty(tag, blob);
     if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
-    return Status::Ok();
+    return done(Status::Ok());
   }
-  return last;
+  return done(last);
 }
 
 Status Cte::ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out) {
@@ -355,7 +409,8 @@ Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stor
   batch.Delete(BlobKey(tag, blob));
   ReleaseCopies(std::move(e.copies), &batch);
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
-  // Nothing left to flush: its reservation goes with it.
+  // Nothing left to flush: its reservation and dirty bytes go with it.
+  dirty_bytes_.ReleaseBlob(tag, blob);
   reservations_->ReleaseBlob(tag, blob);
   MutexLock d(&dirty_mu_);
   dirty_.erase({tag, blob});

@@ -21,11 +21,20 @@ void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
   dirty_.insert({tag, blob});
 }
 
+void Cte::KickFlusher() {
+  {
+    MutexLock d(&dirty_mu_);
+    kicked_ = true;
+  }
+  flusher_cv_.NotifyAll();
+}
+
 Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   bool dirty = std::any_of(e.copies.begin(), e.copies.end(),
                            [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
   if (!dirty) {
+    dirty_bytes_.ReleaseBlob(tag, blob);
     reservations_->ReleaseBlob(tag, blob);
     return Status::Ok();
   }
@@ -101,7 +110,9 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     // Volatile copies die with the process anyway: their room is reusable at once (every
     // reader holds this blob's stripe lock, so none is reading them).
     for (auto& [b, ext] : free_now) (void)b->Free(ext);
-    // The persistent copy is allocated and recorded: its reservation is spent.
+    // The persistent copy is allocated and recorded: its reservation and the dirty bytes
+    // are spent.
+    dirty_bytes_.ReleaseBlob(tag, blob);
     reservations_->ReleaseBlob(tag, blob);
     return Status::Ok();
   }
@@ -167,8 +178,15 @@ void Cte::FlusherLoop() {
     std::vector<std::pair<uint64_t, uint64_t>> batch;
     {
       MutexLock d(&dirty_mu_);
-      if (!stopping_) flusher_cv_.WaitFor(&dirty_mu_, std::chrono::milliseconds(flush_interval_ms_));
+      // Runs every flush interval, or at once when a writer reached a tier's dirty limit.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(flush_interval_ms_);
+      while (!stopping_ && !kicked_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) break;
+        flusher_cv_.WaitFor(&dirty_mu_, deadline - now);
+      }
       if (stopping_) return;
+      kicked_ = false;
       batch.assign(dirty_.begin(), dirty_.end());
     }
     for (auto [tag, blob] : batch) {
@@ -201,7 +219,10 @@ Status Cte::Stop() {
 
 WritebackStats Cte::GetWritebackStats() {
   WritebackStats w;
+  w.dirty = dirty_bytes_.Counters();
   w.reserved = reservations_->reserved();
+  w.dirty_waits = dirty_bytes_.waits();
+  w.dirty_wait_timeouts = dirty_bytes_.timeouts();
   w.flush_failures = flush_failures_.load();
   MutexLock d(&dirty_mu_);
   w.dirty_blobs = dirty_.size();

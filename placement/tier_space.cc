@@ -94,4 +94,92 @@ uint64_t FlushReservations::reserved() const {
   return reserved_;
 }
 
+void DirtyLedger::AddTier(uint64_t tier_id, uint64_t limit) {
+  MutexLock l(&mu_);
+  tiers_[tier_id].limit = limit;
+}
+
+void DirtyLedger::SetLocked(TierState& t, const ChargeKey& key, uint64_t bytes) {
+  auto c = charges_.find(key);
+  const uint64_t have = c == charges_.end() ? 0 : c->second;
+  t.dirty = t.dirty - have + bytes;
+  t.peak = std::max(t.peak, t.dirty);
+  if (bytes == 0) {
+    if (c != charges_.end()) charges_.erase(c);
+  } else {
+    charges_[key] = bytes;
+  }
+  if (bytes < have) room_cv_.NotifyAll();
+}
+
+bool DirtyLedger::TryCharge(uint64_t tier_id, uint64_t tag, uint64_t blob, uint64_t bytes,
+                            uint64_t* previous) {
+  MutexLock l(&mu_);
+  auto t = tiers_.find(tier_id);
+  if (t == tiers_.end()) return true;  // not a volatile tier: nothing to count
+  const ChargeKey key{tag, blob, tier_id};
+  auto c = charges_.find(key);
+  const uint64_t have = c == charges_.end() ? 0 : c->second;
+  if (previous) *previous = have;
+  const uint64_t others = t->second.dirty - have;
+  if (bytes > have && others > 0 && others + bytes > t->second.limit) return false;
+  SetLocked(t->second, key, bytes);
+  return true;
+}
+
+void DirtyLedger::SetCharge(uint64_t tier_id, uint64_t tag, uint64_t blob, uint64_t bytes) {
+  MutexLock l(&mu_);
+  auto t = tiers_.find(tier_id);
+  if (t != tiers_.end()) SetLocked(t->second, {tag, blob, tier_id}, bytes);
+}
+
+void DirtyLedger::ReleaseBlob(uint64_t tag, uint64_t blob) {
+  MutexLock l(&mu_);
+  bool released = false;
+  auto it = charges_.lower_bound({tag, blob, 0});
+  while (it != charges_.end() && std::get<0>(it->first) == tag && std::get<1>(it->first) == blob) {
+    auto t = tiers_.find(std::get<2>(it->first));
+    if (t != tiers_.end()) t->second.dirty -= it->second;
+    it = charges_.erase(it);
+    released = true;
+  }
+  if (released) room_cv_.NotifyAll();
+}
+
+bool DirtyLedger::WaitForRoom(uint64_t tier_id, uint64_t bytes,
+                              std::chrono::steady_clock::time_point deadline) {
+  MutexLock l(&mu_);
+  auto t = tiers_.find(tier_id);
+  if (t == tiers_.end() || FitsLocked(t->second, bytes)) return true;
+  ++waits_;
+  // Woken by every release; the deadline bounds the wait when the flusher cannot make room
+  // (a failing persistent tier), and the caller then places the write elsewhere.
+  while (!FitsLocked(t->second, bytes)) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      ++timeouts_;
+      return false;
+    }
+    room_cv_.WaitFor(&mu_, deadline - now);
+  }
+  return true;
+}
+
+std::vector<DirtyLedger::TierCounters> DirtyLedger::Counters() const {
+  MutexLock l(&mu_);
+  std::vector<TierCounters> out;
+  for (const auto& [id, t] : tiers_) out.push_back({id, t.limit, t.dirty, t.peak});
+  return out;
+}
+
+uint64_t DirtyLedger::waits() const {
+  MutexLock l(&mu_);
+  return waits_;
+}
+
+uint64_t DirtyLedger::timeouts() const {
+  MutexLock l(&mu_);
+  return timeouts_;
+}
+
 }  // namespace clio
