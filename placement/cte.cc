@@ -223,10 +223,10 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
                     int64_t* stored_delta) {
   if (data.empty()) return Status::Ok();
   if (offset + data.size() < offset) return InvalidArgument("blob write past 2^64");
-  std::vector<bool> skip(tiers_.size(), false);
+  std::vector<bool> skip(tiers_.size(), false), evicted(tiers_.size(), false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(dirty_wait_ms_);
   while (true) {
-    PutAttempt a = PutOnce(tag, blob, offset, data, stored_delta, skip);
+    PutAttempt a = PutOnce(tag, blob, offset, data, stored_delta, skip, evicted);
     switch (a.step) {
       case PutStep::kDone:
         return a.status;
@@ -239,12 +239,17 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
           skip[a.tier] = true;
         }
         break;
+      case PutStep::kEvict:
+        evicted[a.tier] = true;
+        EvictClean(a.tier, a.bytes);
+        break;
     }
   }
 }
 
 Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
-                             int64_t* stored_delta, const std::vector<bool>& skip) {
+                             int64_t* stored_delta, const std::vector<bool>& skip,
+                             const std::vector<bool>& evicted) {
   auto done = [](Status s) { return PutAttempt{PutStep::kDone, std::move(s), 0, 0}; };
   const uint64_t end = offset + data.size();
   Stripe& s = StripeFor(tag, blob);
@@ -275,6 +280,8 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
       if (!t.is_volatile) reservations_->Unhold(end - have);
       if (!a.ok()) {
         if (a.status().code() != Code::kNoSpace) return done(a.status().WithContext("tier '" + t.name + "'"));
+        if (t.is_volatile && !evicted[ti] && clean_lru_.Count(tid) > 0)
+          return PutAttempt{PutStep::kEvict, Status::Ok(), ti, end - have};
         last = a.status();
         continue;  // full: fall through to the next tier
       }
@@ -331,7 +338,10 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
       undo();
       return done(a);
     }
-    if (t.is_volatile) MarkDirty(tag, blob);
+    if (t.is_volatile) {
+      clean_lru_.Remove(tid, tag, blob);  // its copy here is dirty now
+      MarkDirty(tag, blob);
+    }
     if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
     return done(Status::Ok());
   }
@@ -365,6 +375,11 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  for (const BlobCopy& c : e.copies) {
+    if (c.state != CopyState::kClean) continue;
+    Tier* t = TierById(c.tier_id);
+    if (t && t->is_volatile) clean_lru_.Touch(c.tier_id, tag, blob);
+  }
   return ReadMerged(e, offset, len, out);
 }
 
@@ -405,6 +420,8 @@ Status Cte::DelBlob(uint64_t tag, uint64_t blob, int64_t* stored_delta) {
 Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stored_delta) {
   if (stored_delta) *stored_delta = -static_cast<int64_t>(e.stored());
   if (e.copies.empty()) return Status::Ok();
+  std::vector<uint64_t> tier_ids;
+  for (const BlobCopy& c : e.copies) tier_ids.push_back(c.tier_id);
   KvBatch batch;
   batch.Delete(BlobKey(tag, blob));
   ReleaseCopies(std::move(e.copies), &batch);
@@ -412,6 +429,7 @@ Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stor
   // Nothing left to flush: its reservation and dirty bytes go with it.
   dirty_bytes_.ReleaseBlob(tag, blob);
   reservations_->ReleaseBlob(tag, blob);
+  for (uint64_t id : tier_ids) clean_lru_.Remove(id, tag, blob);
   MutexLock d(&dirty_mu_);
   dirty_.erase({tag, blob});
   return Status::Ok();

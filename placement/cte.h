@@ -2,7 +2,8 @@
 //
 // A blob is (tag, blob id) -> bytes; the filesystem uses tag = inode, blob = chunk index.
 // PutBlob places bytes on the highest-score healthy tier with room, falling through to lower
-// tiers when one is full. Data on a volatile tier is dirty until the flusher
+// tiers when one is full; a full volatile tier first evicts its least recently used clean
+// copies (their persistent copy stays). Data on a volatile tier is dirty until the flusher
 // (every flush_interval_ms, or at once when a tier reaches its dirty_limit) or FlushTag()
 // copies it to a persistent tier (cte_writeback.cc).
 //
@@ -33,6 +34,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "placement/blob_index.h"
+#include "placement/clean_lru.h"
 #include "placement/tier_space.h"
 #include "storage/bdev.h"
 #include "storage/kv.h"
@@ -62,6 +64,8 @@ struct WritebackStats {
   uint64_t dirty_blobs = 0;          // blobs waiting for the flusher
   uint64_t dirty_waits = 0;          // writers that waited for a tier's dirty_limit
   uint64_t dirty_wait_timeouts = 0;  // ... and were placed elsewhere after dirty_wait_ms
+  uint64_t evictions = 0;            // clean volatile copies dropped to make room
+  uint64_t evicted_bytes = 0;
   uint64_t flush_failures = 0;       // background flushes that failed (and will retry)
 };
 
@@ -140,12 +144,12 @@ class Cte {
     uint64_t dirty_limit;  // volatile tiers: bytes
   };
   // What one placement attempt under the stripe lock asks PutBlob to do next.
-  enum class PutStep { kDone, kWaitDirty };
+  enum class PutStep { kDone, kWaitDirty, kEvict };
   struct PutAttempt {
     PutStep step = PutStep::kDone;
     Status status;
-    size_t tier = 0;     // kWaitDirty: index into tiers_
-    uint64_t bytes = 0;  // kWaitDirty: dirty bytes the write adds
+    size_t tier = 0;     // kWaitDirty, kEvict: index into tiers_
+    uint64_t bytes = 0;  // kWaitDirty: dirty bytes the write adds; kEvict: bytes to free
   };
   struct Stripe {
     Mutex mu;
@@ -159,9 +163,13 @@ class Cte {
   Tier* TierById(uint64_t id);
   Result<BlobEntry> LoadEntry(uint64_t tag, uint64_t blob);
   // One try at placing a write, under the blob's stripe lock. `skip`: tiers not to use
-  // (dirty wait timed out).
+  // (dirty wait timed out); `evicted`: tiers whose clean copies were already evicted for it.
   PutAttempt PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
-                     int64_t* stored_delta, const std::vector<bool>& skip);
+                     int64_t* stored_delta, const std::vector<bool>& skip,
+                     const std::vector<bool>& evicted);
+  // Drops least recently used clean copies of the volatile tier until `bytes` are freed or
+  // none is left. Takes each victim's stripe lock: call without holding one.
+  void EvictClean(size_t tier, uint64_t bytes);
   // Wakes the flusher now (a tier reached its dirty limit).
   void KickFlusher();
   // Reads the merged view of a blob; requires the blob's stripe lock.
@@ -184,10 +192,13 @@ class Cte {
   std::atomic<uint64_t> generation_{1};
   std::unique_ptr<FlushReservations> reservations_;  // set in Open(), once the tiers are known
   DirtyLedger dirty_bytes_;
+  CleanCopyLru clean_lru_;
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> flush_failures_{0};
 
   // Lock order: one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
-  // reservations_ and dirty_bytes_ (leaves). No lock is held while waiting for
+  // reservations_, dirty_bytes_ and clean_lru_ (leaves). No lock is held while waiting for
   // the dirty limit.
   Mutex dirty_mu_;
   std::set<std::pair<uint64_t, uint64_t>> dirty_ GUARDED_BY(dirty_mu_);

@@ -1,5 +1,5 @@
-// Write-back: the dirty set, the flusher and FlushTag/FlushAll. See cte.h for the contract
-// and tier_space.h for the space accounting.
+// Write-back: the dirty set, the flusher, FlushTag/FlushAll, and eviction of clean copies
+// from volatile tiers. See cte.h for the contract and tier_space.h for the space accounting.
 #include <algorithm>
 #include <chrono>
 
@@ -11,7 +11,9 @@ namespace clio {
 namespace {
 
 // A volatile copy is kept as a clean read cache after its flush while its tier is below this
-// fill fraction; above it the copy is dropped to make room for new writes.
+// fill fraction; above it the copy is dropped at once, leaving room for new writes without an
+// eviction on their path. Kept copies are evicted, least recently used first, when a write
+// finds the tier full.
 constexpr double kCacheKeepFill = 0.75;
 
 }  // namespace
@@ -74,6 +76,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     // room; every other copy is released.
     BlobEntry next;
     std::vector<BlobCopy> released;
+    uint64_t kept_on = 0;
     for (size_t i = 0; i < e.copies.size(); ++i) {
       BlobCopy& c = e.copies[i];
       Tier* ct = TierById(c.tier_id);
@@ -84,6 +87,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
       }
       if (keep) {
         c.state = CopyState::kClean;
+        kept_on = c.tier_id;
         next.copies.push_back(std::move(c));
       } else {
         released.push_back(std::move(c));
@@ -114,6 +118,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     // are spent.
     dirty_bytes_.ReleaseBlob(tag, blob);
     reservations_->ReleaseBlob(tag, blob);
+    if (kept_on != 0) clean_lru_.Touch(kept_on, tag, blob);
     return Status::Ok();
   }
   return last;
@@ -204,6 +209,57 @@ void Cte::FlusherLoop() {
   }
 }
 
+void Cte::EvictClean(size_t tier, uint64_t bytes) {
+  Tier& t = tiers_[tier];
+  const uint64_t tid = t.bdev->tier_id();
+  uint64_t freed = 0, tag = 0, blob = 0;
+  while (freed < bytes && clean_lru_.PopOldest(tid, &tag, &blob)) {
+    Stripe& s = StripeFor(tag, blob);
+    MutexLock l(&s.mu);
+    auto e = LoadEntry(tag, blob);
+    if (!e.ok()) {
+      CLIO_LOG_WARN("evicting blob {}:{}: {}", tag, blob, e.status().ToString());
+      continue;
+    }
+    BlobEntry next;
+    std::vector<BlobCopy> drop;
+    for (BlobCopy& c : e->copies) {
+      if (c.tier_id == tid && c.state == CopyState::kClean)
+        drop.push_back(std::move(c));
+      else
+        next.copies.push_back(std::move(c));
+    }
+    if (drop.empty()) continue;  // written again, flushed away or removed since
+    // A clean copy was flushed, so the copies left hold every byte it holds; check rather
+    // than trust it, since dropping the only copy of a byte would lose data.
+    RangeSet left;
+    for (const BlobCopy& c : next.copies)
+      for (const auto& r : c.written.ranges()) left.Add(r.begin, r.end);
+    bool covered = std::all_of(drop.begin(), drop.end(),
+                               [&](const BlobCopy& c) { return c.written.Minus(left).empty(); });
+    if (!covered) {
+      CLIO_LOG_ERROR("blob {}:{}: a clean copy on tier '{}' holds bytes no other copy holds; not evicted",
+                     tag, blob, t.name);
+      continue;
+    }
+    KvBatch batch;
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
+    Status a = kv_->Apply(std::move(batch));
+    if (!a.ok()) {
+      CLIO_LOG_WARN("evicting blob {}:{}: {}", tag, blob, a.ToString());
+      continue;
+    }
+    // As in a flush: the copy is volatile and every reader holds this stripe lock.
+    for (const BlobCopy& c : drop) {
+      Status f = t.bdev->Free(c.extents);
+      if (!f.ok()) CLIO_LOG_ERROR("freeing an evicted copy: {}", f.ToString());
+      freed += TotalSize(c.extents);
+      evicted_bytes_.fetch_add(TotalSize(c.extents));
+    }
+    evictions_.fetch_add(1);
+  }
+}
+
 Status Cte::Stop() {
   {
     MutexLock d(&dirty_mu_);
@@ -223,6 +279,8 @@ WritebackStats Cte::GetWritebackStats() {
   w.reserved = reservations_->reserved();
   w.dirty_waits = dirty_bytes_.waits();
   w.dirty_wait_timeouts = dirty_bytes_.timeouts();
+  w.evictions = evictions_.load();
+  w.evicted_bytes = evicted_bytes_.load();
   w.flush_failures = flush_failures_.load();
   MutexLock d(&dirty_mu_);
   w.dirty_blobs = dirty_.size();

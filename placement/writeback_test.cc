@@ -1,4 +1,5 @@
-// Write-back space: flush reservations, the dirty limit and failed flushes. Real tiers (a shm RAM tier and a file tier in a temp dir), real RocksDB; every
+// Write-back space: flush reservations, the dirty limit, eviction of clean copies, and failed
+// flushes. Real tiers (a shm RAM tier and a file tier in a temp dir), real RocksDB; every
 // assertion is on counters and contents, never on elapsed time.
 #include <doctest/doctest.h>
 
@@ -296,6 +297,53 @@ TEST_CASE("the dirty limit holds under writers faster than the flusher") {
 TEST_CASE("the default dirty limit is half the volatile tier's capacity") {
   WbFixture f;  // 8 MiB RAM
   CHECK(f.RamDirty().limit == 4 * MiB);
+}
+
+TEST_CASE("clean copies on a full RAM tier are evicted least recently used first") {
+  Options o;
+  o.dirty_limit = 8 * MiB;
+  WbFixture f(o);  // 8 MiB RAM
+  for (uint32_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(4, b, 0, Random(MiB, 40 + b)).ok());
+  REQUIRE(f.cte->FlushAll().ok());  // RAM half full: the four stay as clean cached copies
+  for (uint32_t b = 0; b < 4; ++b) {
+    auto l = f.Locate(4, b);
+    REQUIRE(l.size() == 2);
+    CHECK(l[0].tier_id == f.RamId());
+    CHECK_FALSE(l[0].dirty);
+  }
+  for (uint32_t b = 4; b < 8; ++b) REQUIRE(f.cte->PutBlob(4, b, 0, Random(MiB, 40 + b)).ok());
+  CHECK(f.Tier(BdevType::kRam).stats.remaining == 0);
+  // Reading blob 0 makes blob 1 the least recently used clean copy.
+  CHECK(f.Get(4, 0, 0, MiB) == Random(MiB, 40));
+  const uint64_t file_used = f.Tier(BdevType::kFile).stats.used;
+
+  REQUIRE(f.cte->PutBlob(4, 8, 0, Random(MiB, 48)).ok());
+  auto l8 = f.Locate(4, 8);
+  REQUIRE(l8.size() == 1);
+  CHECK(l8[0].tier_id == f.RamId());  // stayed on RAM instead of spilling
+  CHECK(l8[0].dirty);
+  CHECK(f.Tier(BdevType::kFile).stats.used == file_used);
+  WritebackStats st = f.cte->GetWritebackStats();
+  CHECK(st.evictions == 1);
+  CHECK(st.evicted_bytes == MiB);
+  auto l1 = f.Locate(4, 1);
+  REQUIRE(l1.size() == 1);
+  CHECK(l1[0].tier_id == f.FileId());  // the persistent copy stays and serves reads
+  CHECK(f.Get(4, 1, 0, MiB) == Random(MiB, 41));
+  CHECK(f.Locate(4, 0).at(0).tier_id == f.RamId());  // recently read: kept
+  // Blobs 2 and 3 go next, in flush order; blob 0, read last, goes last.
+  for (uint32_t b = 9; b < 11; ++b) REQUIRE(f.cte->PutBlob(4, b, 0, Random(MiB, 40 + b)).ok());
+  CHECK(f.cte->GetWritebackStats().evictions == 3);
+  CHECK(f.Locate(4, 0).at(0).tier_id == f.RamId());
+  REQUIRE(f.cte->PutBlob(4, 11, 0, Random(MiB, 51)).ok());
+  CHECK(f.Locate(4, 0).at(0).tier_id == f.FileId());
+  CHECK(f.Locate(4, 11).at(0).tier_id == f.RamId());
+  // Dirty copies are never evicted: with no clean copy left, a full RAM tier spills.
+  REQUIRE(f.cte->PutBlob(4, 12, 0, Random(MiB, 52)).ok());
+  CHECK(f.Locate(4, 12).at(0).tier_id == f.FileId());
+  CHECK(f.cte->GetWritebackStats().evictions == 4);
+  REQUIRE(f.cte->FlushAll().ok());
+  for (uint32_t b = 0; b < 13; ++b) CHECK(f.Get(4, b, 0, MiB) == Random(MiB, 40 + b));
 }
 
 TEST_CASE("a failed flush keeps the data dirty and reserved, and it flushes once the tier recovers") {
