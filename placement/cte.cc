@@ -15,9 +15,6 @@ namespace clio {
 namespace {
 
 constexpr std::string_view kTierKeyPrefix = "t/";
-// A volatile copy is kept as a clean read cache after its flush while its tier is below this
-// fill fraction; above it the copy is dropped to make room for new writes.
-constexpr double kCacheKeepFill = 0.75;
 constexpr size_t kRecoverPage = 1024;
 
 std::string TierKey(const std::string& name) { return std::string(kTierKeyPrefix) + name; }
@@ -60,7 +57,7 @@ struct Cte::TierLifetime {
 
 Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
-  std::unique_ptr<Cte> cte(new Cte(kv, config.flush_interval_ms));
+  std::unique_ptr<Cte> cte(new Cte(kv, config));
   cte->lifetime_ = std::make_shared<TierLifetime>();
   KvBatch records;
   for (const TierConfig& tc : config.tiers) {
@@ -80,9 +77,21 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
     for (const Tier& t : cte->tiers_)
       if (t.bdev->tier_id() == (*bdev)->tier_id())
         return Corruption("tiers '" + t.name + "' and '" + bc.name + "' have the same id");
-    bool is_volatile = (*bdev)->GetStats().persistence == Persistence::kVolatile;
-    records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), (*bdev)->GetStats().persistence));
-    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile});
+    const BdevStats stats = (*bdev)->GetStats();
+    bool is_volatile = stats.persistence == Persistence::kVolatile;
+    uint64_t dirty_limit = 0;
+    if (is_volatile) {
+      dirty_limit = tc.dirty_limit ? tc.dirty_limit : stats.capacity / 2;
+      if (dirty_limit > stats.capacity)
+        return InvalidArgument("tier '" + bc.name + "': dirty_limit (" + std::to_string(dirty_limit) +
+                               " bytes) is larger than the tier's capacity (" +
+                               std::to_string(stats.capacity) + " bytes)");
+    } else if (tc.dirty_limit) {
+      return InvalidArgument("tier '" + bc.name + "': dirty_limit applies only to volatile tiers; "
+                             "a persistent tier holds no dirty data");
+    }
+    records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
+    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit});
   }
   std::stable_sort(cte->tiers_.begin(), cte->tiers_.end(),
                    [](const Tier& a, const Tier& b) { return a.score > b.score; });
@@ -91,10 +100,17 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   CLIO_RETURN_IF_ERROR(kv->Apply(std::move(records)));
   CLIO_RETURN_IF_ERROR(cte->Recover());
 
+  std::vector<Bdev*> persistent;
+  for (Tier& t : cte->tiers_) {
+    if (t.is_volatile)
+      cte->dirty_bytes_.AddTier(t.bdev->tier_id(), std::max<uint64_t>(t.dirty_limit, 1));
+    else
+      persistent.push_back(t.bdev.get());
+  }
+  cte->reservations_ = std::make_unique<FlushReservations>(persistent);
   {
     MutexLock l(&cte->lifetime_->mu);
-    for (Tier& t : cte->tiers_)
-      if (!t.is_volatile) cte->lifetime_->persistent.push_back(t.bdev.get());
+    cte->lifetime_->persistent = persistent;
   }
   // Bytes and allocations reach the disk before the index entries that name them. Once the
   // tiers are closed no index change may commit: it could name bytes that were never synced.
@@ -206,56 +222,130 @@ Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
 Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
                     int64_t* stored_delta) {
   if (data.empty()) return Status::Ok();
+  if (offset + data.size() < offset) return InvalidArgument("blob write past 2^64");
+  std::vector<bool> skip(tiers_.size(), false), evicted(tiers_.size(), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(dirty_wait_ms_);
+  while (true) {
+    PutAttempt a = PutOnce(tag, blob, offset, data, stored_delta, skip, evicted);
+    switch (a.step) {
+      case PutStep::kDone:
+        return a.status;
+      case PutStep::kWaitDirty:
+        // No lock is held here: the flusher needs this blob's stripe to make room.
+        KickFlusher();
+        if (!dirty_bytes_.WaitForRoom(tiers_[a.tier].bdev->tier_id(), a.bytes, deadline)) {
+          CLIO_LOG_WARN("tier '{}' stayed at its dirty limit for {} ms; placing the write on the next tier",
+                        tiers_[a.tier].name, dirty_wait_ms_);
+          skip[a.tier] = true;
+        }
+        break;
+      case PutStep::kEvict:
+        evicted[a.tier] = true;
+        EvictClean(a.tier, a.bytes);
+        break;
+    }
+  }
+}
+
+Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
+                             int64_t* stored_delta, const std::vector<bool>& skip,
+                             const std::vector<bool>& evicted) {
+  auto done = [](Status s) { return PutAttempt{PutStep::kDone, std::move(s), 0, 0}; };
   const uint64_t end = offset + data.size();
-  if (end < offset) return InvalidArgument("blob write past 2^64");
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
-  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  auto loaded = LoadEntry(tag, blob);
+  if (!loaded.ok()) return done(loaded.status());
+  const BlobEntry& e = *loaded;
   const uint64_t stored_before = e.stored();
   Status last = NoSpace("no tier has room for " + std::to_string(data.size()) + " bytes");
-  for (Tier& t : tiers_) {
+  for (size_t ti = 0; ti < tiers_.size(); ++ti) {
+    Tier& t = tiers_[ti];
+    if (skip[ti]) continue;
     if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
-    const bool in_place = !e.copies.empty() && e.copies.front().tier_id == t.bdev->tier_id();
+    const uint64_t tid = t.bdev->tier_id();
+    const bool in_place = !e.copies.empty() && e.copies.front().tier_id == tid;
     ExtentList added;
     uint64_t have = in_place ? TotalSize(e.copies.front().extents) : 0;
     if (end > have) {
+      // A direct write to a persistent tier may not take room reserved for flushes.
+      if (!t.is_volatile) {
+        Status h = reservations_->Hold(end - have);
+        if (!h.ok()) {
+          last = h.WithContext("tier '" + t.name + "'");
+          continue;
+        }
+      }
       auto a = t.bdev->Allocate(end - have);
+      if (!t.is_volatile) reservations_->Unhold(end - have);
       if (!a.ok()) {
-        if (a.status().code() != Code::kNoSpace) return a.status().WithContext("tier '" + t.name + "'");
+        if (a.status().code() != Code::kNoSpace) return done(a.status().WithContext("tier '" + t.name + "'"));
+        if (t.is_volatile && !evicted[ti] && clean_lru_.Count(tid) > 0)
+          return PutAttempt{PutStep::kEvict, Status::Ok(), ti, end - have};
         last = a.status();
         continue;  // full: fall through to the next tier
       }
       added = std::move(a).value();
     }
-    BlobCopy fresh;
-    BlobCopy* c = &fresh;
-    if (in_place) {
-      c = &e.copies.front();
-    } else {
-      fresh.tier_id = t.bdev->tier_id();
-    }
-    c->extents.insert(c->extents.end(), added.begin(), added.end());
-    Status w = t.bdev->Write(c->extents, offset, data);
-    if (!w.ok()) {
+    auto free_added = [&] {
       if (!added.empty()) (void)t.bdev->Free(added);
-      return w.WithContext("writing blob to tier '" + t.name + "'");
+    };
+    BlobEntry next = e;
+    if (!in_place) {
+      BlobCopy fresh;
+      fresh.tier_id = tid;
+      next.copies.insert(next.copies.begin(), std::move(fresh));
     }
-    c->written.Add(offset, end);
-    c->generation = generation_.fetch_add(1);
-    c->state = t.is_volatile ? CopyState::kDirty : CopyState::kClean;
-    if (!in_place) e.copies.insert(e.copies.begin(), std::move(fresh));
+    BlobCopy& c = next.copies.front();
+    c.extents.insert(c.extents.end(), added.begin(), added.end());
+    c.written.Add(offset, end);
+    c.generation = generation_.fetch_add(1);
+    c.state = t.is_volatile ? CopyState::kDirty : CopyState::kClean;
+
+    uint64_t prev_reserved = 0, prev_dirty = 0;
+    if (t.is_volatile) {
+      // Room for the flushed copy first, so a full persistent tier fails the write now.
+      Status r = reservations_->ReserveBlob(tag, blob, next.size(), &prev_reserved);
+      if (!r.ok()) {
+        free_added();
+        return done(r.WithContext("writing to volatile tier '" + t.name + "'"));
+      }
+      uint64_t dirty_here = 0;
+      for (const BlobCopy& x : next.copies)
+        if (x.tier_id == tid && x.state == CopyState::kDirty) dirty_here += TotalSize(x.extents);
+      if (!dirty_bytes_.TryCharge(tid, tag, blob, dirty_here, &prev_dirty)) {
+        free_added();
+        reservations_->RestoreBlob(tag, blob, prev_reserved);
+        return PutAttempt{PutStep::kWaitDirty, Status::Ok(), ti, dirty_here - prev_dirty};
+      }
+    }
+    auto undo = [&] {
+      free_added();
+      if (t.is_volatile) {
+        dirty_bytes_.SetCharge(tid, tag, blob, prev_dirty);
+        reservations_->RestoreBlob(tag, blob, prev_reserved);
+      }
+    };
+    Status w = t.bdev->Write(c.extents, offset, data);
+    if (!w.ok()) {
+      undo();
+      return done(w.WithContext("writing blob to tier '" + t.name + "'"));
+    }
     KvBatch batch;
-    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(e));
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
     Status a = kv_->Apply(std::move(batch));
     if (!a.ok()) {
-      if (!added.empty()) (void)t.bdev->Free(added);
-      return a;
+      undo();
+      return done(a);
     }
-    if (t.is_volatile) MarkDirty(tag, blob);
-    if (stored_delta) *stored_delta = static_cast<int64_t>(e.stored()) - static_cast<int64_t>(stored_before);
-    return Status::Ok();
+    if (t.is_volatile) {
+      clean_lru_.Remove(tid, tag, blob);  // its copy here is dirty now
+      MarkDirty(tag, blob);
+    }
+    if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
+    return done(Status::Ok());
   }
-  return last;
+  return done(last);
 }
 
 Status Cte::ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out) {
@@ -285,7 +375,22 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  for (const BlobCopy& c : e.copies) {
+    if (c.state != CopyState::kClean) continue;
+    Tier* t = TierById(c.tier_id);
+    if (t && t->is_volatile) clean_lru_.Touch(c.tier_id, tag, blob);
+  }
   return ReadMerged(e, offset, len, out);
+}
+
+Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  std::vector<CopyLocation> out;
+  for (const BlobCopy& c : e.copies)
+    out.push_back({c.tier_id, c.state == CopyState::kDirty, c.written.bytes()});
+  return out;
 }
 
 void Cte::ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch) {
@@ -315,10 +420,16 @@ Status Cte::DelBlob(uint64_t tag, uint64_t blob, int64_t* stored_delta) {
 Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stored_delta) {
   if (stored_delta) *stored_delta = -static_cast<int64_t>(e.stored());
   if (e.copies.empty()) return Status::Ok();
+  std::vector<uint64_t> tier_ids;
+  for (const BlobCopy& c : e.copies) tier_ids.push_back(c.tier_id);
   KvBatch batch;
   batch.Delete(BlobKey(tag, blob));
   ReleaseCopies(std::move(e.copies), &batch);
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  // Nothing left to flush: its reservation and dirty bytes go with it.
+  dirty_bytes_.ReleaseBlob(tag, blob);
+  reservations_->ReleaseBlob(tag, blob);
+  for (uint64_t id : tier_ids) clean_lru_.Remove(id, tag, blob);
   MutexLock d(&dirty_mu_);
   dirty_.erase({tag, blob});
   return Status::Ok();
@@ -390,181 +501,6 @@ Status Cte::DelTag(uint64_t tag) {
   CLIO_ASSIGN_OR_RETURN(auto blobs, ListBlobs(tag));
   for (uint64_t b : blobs) CLIO_RETURN_IF_ERROR(DelBlob(tag, b));
   return Status::Ok();
-}
-
-void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
-  MutexLock d(&dirty_mu_);
-  dirty_.insert({tag, blob});
-}
-
-Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
-  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
-  bool dirty = std::any_of(e.copies.begin(), e.copies.end(),
-                           [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
-  if (!dirty) return Status::Ok();
-  const uint64_t size = e.size();
-  if (size == 0) return RemoveLocked(tag, blob, std::move(e));  // truncated to nothing
-  RangeSet all;
-  for (const BlobCopy& c : e.copies)
-    for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
-  std::string buf(size, '\0');
-  CLIO_RETURN_IF_ERROR(ReadMerged(e, 0, size, buf.data()));
-
-  Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
-  for (Tier& t : tiers_) {
-    if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
-    auto a = t.bdev->Allocate(size);
-    if (!a.ok()) {
-      last = a.status().WithContext("flushing to tier '" + t.name + "'");
-      if (a.status().code() == Code::kNoSpace) continue;
-      return last;
-    }
-    BlobCopy p;
-    p.tier_id = t.bdev->tier_id();
-    p.state = CopyState::kClean;
-    p.generation = generation_.fetch_add(1);
-    p.extents = std::move(a).value();
-    p.written = all;
-    for (const auto& r : all.ranges()) {
-      Status w = t.bdev->Write(p.extents, r.begin, std::string_view(buf).substr(r.begin, r.end - r.begin));
-      if (!w.ok()) {
-        (void)t.bdev->Free(p.extents);
-        return w.WithContext("flushing to tier '" + t.name + "'");
-      }
-    }
-    // New copy list: the front volatile copy stays as a clean read cache while its tier has
-    // room; every other copy is released.
-    BlobEntry next;
-    std::vector<BlobCopy> released;
-    for (size_t i = 0; i < e.copies.size(); ++i) {
-      BlobCopy& c = e.copies[i];
-      Tier* ct = TierById(c.tier_id);
-      bool keep = false;
-      if (i == 0 && ct && ct->is_volatile) {
-        BdevStats st = ct->bdev->GetStats();
-        keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
-      }
-      if (keep) {
-        c.state = CopyState::kClean;
-        next.copies.push_back(std::move(c));
-      } else {
-        released.push_back(std::move(c));
-      }
-    }
-    next.copies.push_back(std::move(p));
-    std::vector<std::pair<Bdev*, ExtentList>> free_now;
-    std::vector<BlobCopy> persistent_released;
-    for (BlobCopy& c : released) {
-      Tier* ct = TierById(c.tier_id);
-      if (ct && ct->is_volatile)
-        free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
-      else
-        persistent_released.push_back(std::move(c));
-    }
-    KvBatch batch;
-    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
-    ReleaseCopies(std::move(persistent_released), &batch);
-    Status s = kv_->Apply(std::move(batch));
-    if (!s.ok()) {
-      (void)t.bdev->Free(next.copies.back().extents);
-      return s;
-    }
-    // Volatile copies die with the process anyway: their room is reusable at once (every
-    // reader holds this blob's stripe lock, so none is reading them).
-    for (auto& [b, ext] : free_now) (void)b->Free(ext);
-    return Status::Ok();
-  }
-  return last;
-}
-
-Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
-  Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
-  Status st = FlushBlobLocked(tag, blob);
-  MutexLock d(&dirty_mu_);
-  if (st.ok()) {
-    dirty_.erase({tag, blob});
-  } else {
-    dirty_.insert({tag, blob});
-  }
-  return st;
-}
-
-Status Cte::FlushTag(uint64_t tag) {
-  std::vector<uint64_t> blobs;
-  {
-    MutexLock d(&dirty_mu_);
-    for (auto it = dirty_.lower_bound({tag, 0}); it != dirty_.end() && it->first == tag; ++it)
-      blobs.push_back(it->second);
-  }
-  Status first = TakeFlushError(tag);
-  for (uint64_t b : blobs) {
-    Status s = FlushOne(tag, b);
-    if (!s.ok() && first.ok()) first = s;
-  }
-  return first;
-}
-
-Status Cte::TakeFlushError(uint64_t tag) {
-  MutexLock d(&dirty_mu_);
-  for (auto it = flush_errors_.begin(); it != flush_errors_.end(); ++it) {
-    if (it->first == tag) {
-      Status s = it->second;
-      flush_errors_.erase(it);
-      return s;
-    }
-  }
-  return Status::Ok();
-}
-
-Status Cte::FlushAll() {
-  std::vector<std::pair<uint64_t, uint64_t>> all;
-  {
-    MutexLock d(&dirty_mu_);
-    all.assign(dirty_.begin(), dirty_.end());
-  }
-  Status first;
-  for (auto [tag, blob] : all) {
-    Status s = FlushOne(tag, blob);
-    if (!s.ok() && first.ok()) first = s;
-  }
-  return first;
-}
-
-void Cte::FlusherLoop() {
-  while (true) {
-    std::vector<std::pair<uint64_t, uint64_t>> batch;
-    {
-      MutexLock d(&dirty_mu_);
-      if (!stopping_) flusher_cv_.WaitFor(&dirty_mu_, std::chrono::milliseconds(flush_interval_ms_));
-      if (stopping_) return;
-      batch.assign(dirty_.begin(), dirty_.end());
-    }
-    for (auto [tag, blob] : batch) {
-      Status s = FlushOne(tag, blob);
-      if (!s.ok()) {
-        CLIO_LOG_WARN("flushing blob {}:{}: {} (kept dirty, will retry)", tag, blob, s.ToString());
-        MutexLock d(&dirty_mu_);
-        bool found = false;
-        for (auto& [t, st] : flush_errors_)
-          if (t == tag) found = true;
-        if (!found) flush_errors_.emplace_back(tag, s);
-      }
-    }
-  }
-}
-
-Status Cte::Stop() {
-  {
-    MutexLock d(&dirty_mu_);
-    if (stopping_) return Status::Ok();
-    stopping_ = true;
-  }
-  flusher_cv_.NotifyAll();
-  if (flusher_.joinable()) flusher_.join();
-  Status s = FlushAll();
-  Status k = kv_->Sync();
-  return s.ok() ? k : s;
 }
 
 std::vector<TierInfo> Cte::ListTiers() {

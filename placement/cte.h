@@ -2,9 +2,17 @@
 //
 // A blob is (tag, blob id) -> bytes; the filesystem uses tag = inode, blob = chunk index.
 // PutBlob places bytes on the highest-score healthy tier with room, falling through to lower
-// tiers when one is full. Data on a volatile tier is dirty until the flusher (every
-// flush_interval_ms) or FlushTag() copies it to a persistent tier. Index entries are written
-// only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
+// tiers when one is full; a full volatile tier first evicts its least recently used clean
+// copies (their persistent copy stays). Data on a volatile tier is dirty until the flusher
+// (every flush_interval_ms, or at once when a tier reaches its dirty_limit) or FlushTag()
+// copies it to a persistent tier (cte_writeback.cc).
+//
+// Write-back space (tier_space.h): a write that lands dirty on a volatile tier reserves room
+// for its persistent copy, so NoSpace comes back from PutBlob, not from a later flush; and a
+// volatile tier holds at most dirty_limit dirty bytes: a writer past it kicks the flusher and
+// waits for it (at most dirty_wait_ms, then the write is placed on the next tier).
+//
+// Index entries are written only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
 // before a metadata commit, and extents an index change releases are freed only once that
 // change is durable. At Open(), volatile copies are dropped from the index and each persistent
 // tier's allocator is reconciled with the extents the index names.
@@ -26,6 +34,8 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "placement/blob_index.h"
+#include "placement/clean_lru.h"
+#include "placement/tier_space.h"
 #include "storage/bdev.h"
 #include "storage/kv.h"
 
@@ -34,11 +44,37 @@ namespace clio {
 struct TierConfig {
   BdevConfig bdev;
   double score = 0.5;  // placement rank, higher first
+  // Volatile tiers only: the most dirty (not yet flushed) bytes the tier may hold.
+  // 0: half the tier's capacity. At most the capacity.
+  uint64_t dirty_limit = 0;
 };
 
 struct CteConfig {
   std::vector<TierConfig> tiers;
   uint32_t flush_interval_ms = 2000;
+  // The longest a writer waits for the flusher when its tier is at dirty_limit; after it the
+  // write goes to the next tier.
+  uint32_t dirty_wait_ms = 10000;
+};
+
+// Write-back counters (read by tests; not yet exported to `clioctl` or metrics).
+struct WritebackStats {
+  std::vector<DirtyLedger::TierCounters> dirty;  // one per volatile tier
+  uint64_t reserved = 0;             // bytes reserved on the persistent tiers for flushes
+  uint64_t dirty_blobs = 0;          // blobs waiting for the flusher
+  uint64_t dirty_waits = 0;          // writers that waited for a tier's dirty_limit
+  uint64_t dirty_wait_timeouts = 0;  // ... and were placed elsewhere after dirty_wait_ms
+  uint64_t evictions = 0;            // clean volatile copies dropped to make room
+  uint64_t evicted_bytes = 0;
+  uint64_t flush_failures = 0;       // background flushes that failed (and will retry)
+};
+
+// One copy of a blob, as LocateBlob reports it.
+struct CopyLocation {
+  uint64_t tier_id = 0;
+  bool dirty = false;
+  uint64_t bytes = 0;  // written bytes of this copy
+  bool operator==(const CopyLocation&) const = default;
 };
 
 struct TierInfo {
@@ -59,7 +95,9 @@ class Cte {
   // `stored_delta` (optional) receives the change in the blob's stored bytes (the union of its
   // copies' written ranges), which the filesystem sums into st_blocks.
   //
-  // Writes `data` at `offset` of the blob. NoSpace when no tier has room.
+  // Writes `data` at `offset` of the blob. NoSpace when no tier has room, or when the write
+  // would land on a volatile tier and the persistent tiers cannot hold its flushed copy. May
+  // wait (at most dirty_wait_ms) for the flusher when the volatile tier is at dirty_limit.
   Status PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
                  int64_t* stored_delta = nullptr);
   // Reads [offset, offset+len) into out; bytes never written read as zeros.
@@ -74,6 +112,8 @@ class Cte {
                    int64_t* stored_delta = nullptr);
   // Byte ranges of the blob that hold written data, over all its copies.
   Result<RangeSet> BlobRanges(uint64_t tag, uint64_t blob);
+  // The blob's copies, newest first (which tiers hold it, and whether each is dirty).
+  Result<std::vector<CopyLocation>> LocateBlob(uint64_t tag, uint64_t blob);
   // Blob ids of a tag, ascending.
   Result<std::vector<uint64_t>> ListBlobs(uint64_t tag);
   // Removes every blob of the tag.
@@ -90,6 +130,7 @@ class Cte {
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
+  WritebackStats GetWritebackStats();
 
   // Stops the flusher after flushing everything.
   Status Stop();
@@ -100,17 +141,37 @@ class Cte {
     double score;
     std::unique_ptr<Bdev> bdev;
     bool is_volatile;
+    uint64_t dirty_limit;  // volatile tiers: bytes
+  };
+  // What one placement attempt under the stripe lock asks PutBlob to do next.
+  enum class PutStep { kDone, kWaitDirty, kEvict };
+  struct PutAttempt {
+    PutStep step = PutStep::kDone;
+    Status status;
+    size_t tier = 0;     // kWaitDirty, kEvict: index into tiers_
+    uint64_t bytes = 0;  // kWaitDirty: dirty bytes the write adds; kEvict: bytes to free
   };
   struct Stripe {
     Mutex mu;
   };
   static constexpr size_t kStripes = 256;
 
-  Cte(KvStore* kv, uint32_t flush_interval_ms) : kv_(kv), flush_interval_ms_(flush_interval_ms) {}
+  Cte(KvStore* kv, const CteConfig& c)
+      : kv_(kv), flush_interval_ms_(c.flush_interval_ms), dirty_wait_ms_(c.dirty_wait_ms) {}
   Status Recover();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
   Tier* TierById(uint64_t id);
   Result<BlobEntry> LoadEntry(uint64_t tag, uint64_t blob);
+  // One try at placing a write, under the blob's stripe lock. `skip`: tiers not to use
+  // (dirty wait timed out); `evicted`: tiers whose clean copies were already evicted for it.
+  PutAttempt PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
+                     int64_t* stored_delta, const std::vector<bool>& skip,
+                     const std::vector<bool>& evicted);
+  // Drops least recently used clean copies of the volatile tier until `bytes` are freed or
+  // none is left. Takes each victim's stripe lock: call without holding one.
+  void EvictClean(size_t tier, uint64_t bytes);
+  // Wakes the flusher now (a tier reached its dirty limit).
+  void KickFlusher();
   // Reads the merged view of a blob; requires the blob's stripe lock.
   Status ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out);
   // Copies a dirty blob to a persistent tier; requires the stripe lock.
@@ -125,14 +186,25 @@ class Cte {
 
   KvStore* const kv_;
   const uint32_t flush_interval_ms_;
+  const uint32_t dirty_wait_ms_;
   std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open
   std::unique_ptr<Stripe[]> stripes_ = std::make_unique<Stripe[]>(kStripes);
   std::atomic<uint64_t> generation_{1};
+  std::unique_ptr<FlushReservations> reservations_;  // set in Open(), once the tiers are known
+  DirtyLedger dirty_bytes_;
+  CleanCopyLru clean_lru_;
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> evicted_bytes_{0};
+  std::atomic<uint64_t> flush_failures_{0};
 
+  // Lock order: one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
+  // reservations_, dirty_bytes_ and clean_lru_ (leaves). No lock is held while waiting for
+  // the dirty limit.
   Mutex dirty_mu_;
   std::set<std::pair<uint64_t, uint64_t>> dirty_ GUARDED_BY(dirty_mu_);
   std::vector<std::pair<uint64_t, Status>> flush_errors_ GUARDED_BY(dirty_mu_);
   bool stopping_ GUARDED_BY(dirty_mu_) = false;
+  bool kicked_ GUARDED_BY(dirty_mu_) = false;  // a writer wants a flush before the interval
   CondVar flusher_cv_;
   std::thread flusher_;
   struct TierLifetime;

@@ -5,6 +5,9 @@
 #include "storage/kv.h"
 
 namespace clio {
+namespace {
+constexpr uint64_t kMinDirtyLimit = 1ull << 20;  // one default chunk: smaller stalls every write
+}  // namespace
 
 Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file) {
   ConfigReader r(entry.node, file);
@@ -16,6 +19,9 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   CLIO_ASSIGN_OR_RETURN(uint64_t interval, r.UInt("flush_interval_ms", 2000));
   if (interval == 0 || interval > 3600000) return r.Error("flush_interval_ms", "must be between 1 and 3600000");
   cfg.flush_interval_ms = static_cast<uint32_t>(interval);
+  CLIO_ASSIGN_OR_RETURN(uint64_t wait, r.UInt("dirty_wait_ms", cfg.dirty_wait_ms));
+  if (wait == 0 || wait > 3600000) return r.Error("dirty_wait_ms", "must be between 1 and 3600000");
+  cfg.dirty_wait_ms = static_cast<uint32_t>(wait);
   const ConfigValue* storage = r.Child("storage");
   CLIO_RETURN_IF_ERROR(r.Finish());
   if (!storage || storage->kind != ConfigValue::Kind::kList || storage->list.empty())
@@ -30,6 +36,18 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
     CLIO_RETURN_IF_ERROR(ParseBdevKeys(t, &tc.bdev));
     CLIO_ASSIGN_OR_RETURN(tc.score, t.Double("score", 0.5));
     if (tc.score < 0 || tc.score > 1) return t.Error("score", "must be between 0 and 1");
+    if (t.Has("dirty_limit")) {
+      CLIO_ASSIGN_OR_RETURN(tc.dirty_limit, t.Size("dirty_limit", 0));
+      const bool memory = tc.bdev.type == BdevType::kRam || tc.bdev.type == BdevType::kPinned ||
+                          tc.bdev.type == BdevType::kHbm || tc.bdev.type == BdevType::kNoop;
+      const bool is_volatile = tc.bdev.persistence ? *tc.bdev.persistence == Persistence::kVolatile : memory;
+      if (!is_volatile)
+        return t.Error("dirty_limit", "applies only to volatile tiers (a persistent tier holds no dirty data)");
+      if (tc.dirty_limit < kMinDirtyLimit)
+        return t.Error("dirty_limit", "must be at least 1MiB (one chunk), or left out for half the capacity");
+      if (tc.bdev.capacity != 0 && tc.dirty_limit > tc.bdev.capacity)
+        return t.Error("dirty_limit", "must not be larger than capacity_limit");
+    }
     CLIO_RETURN_IF_ERROR(t.Finish());
     cfg.tiers.push_back(std::move(tc));
   }

@@ -28,9 +28,9 @@ class CtePool : public Pool {
   std::unique_ptr<Cte> cte_;
 };
 
-// Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms, storage
-// (list of tiers: path and score, plus every bdev key of storage/bdev_config.h, with the
-// capacity spelled capacity_limit).
+// Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms,
+// dirty_wait_ms, storage (list of tiers: path, score and, on volatile tiers, dirty_limit, plus
+// every bdev key of storage/bdev_config.h, with the capacity spelled capacity_limit).
 ModuleFactory MakeCteModuleFactory(KvStore* kv);
 
 // Parses a CTE compose entry into its typed config (exposed for tests).

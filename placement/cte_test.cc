@@ -330,5 +330,7 @@ TEST_CASE("CTE storage entries: bdev keys parsed by ParseBdevKeys, path and scor
     REQUIRE_MESSAGE(cte.ok(), cte.status().ToString());
     CHECK(cte->tiers.size() == 2);
     CHECK(cte->tiers[0].bdev.alloc == AllocPolicy::kLazy);
+    CHECK(cte->dirty_wait_ms == 10000);
+    CHECK(cte->tiers[0].dirty_limit == (512ull << 20));
   }
 }

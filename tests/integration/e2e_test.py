@@ -4,7 +4,7 @@
 Usage:
     python3 tests/integration/e2e_test.py --build-dir build [--only SCENARIO] [--keep]
 
-Scenarios: clean_restart, kill9_restart, power_cut, bad_input, s3_restart, s3_kill9
+Scenarios: clean_restart, kill9_restart, power_cut, bad_input, s3_restart, s3_kill9, full_disk
 (see README.md).
 Python 3 standard library only. Needs /dev/fuse and fusermount3. The last line printed is
 "N passed, M failed"; the exit status is non-zero when anything failed.
@@ -30,7 +30,7 @@ MiB = 1024 * 1024
 CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
 SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
-             "s3_kill9")
+             "s3_kill9", "full_disk")
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
@@ -985,6 +985,122 @@ def scenario_s3_kill9(env):
     _s3_scenario(env, crash=True)
 
 
+def _write_file_expect_enospc(path, data, fsync=True):
+    """Writes, fsyncs (unless told not to) and closes a new file. Returns (stage, errno) of the
+    first failure, or None when everything succeeded. Any failure but ENOSPC fails the test."""
+    import errno as errno_mod
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    stage, err = "write", None
+    try:
+        _write_all(fd, data)
+        stage = "fsync"
+        if fsync:
+            os.fsync(fd)
+    except OSError as e:
+        err = (stage, e)
+    try:
+        os.close(fd)
+    except OSError as e:
+        err = err or ("close", e)
+    if err is None:
+        return None
+    stage, e = err
+    check(e.errno == errno_mod.ENOSPC,
+          f"{path}: {stage} failed with {errno_mod.errorcode.get(e.errno, e.errno)} "
+          f"({e.strerror}), expected ENOSPC")
+    return stage, e.errno
+
+
+def scenario_full_disk(env):
+    """A 24 MB file tier behind a 16 MB RAM tier, filled through the mount.
+
+    Writing more than the file tier holds fails with ENOSPC at write(2), fsync or close (the
+    RAM tier must not accept bytes that could never be flushed); nothing fsynced before is lost
+    or damaged; after deleting files, new writes succeed, and everything survives a restart.
+    """
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    text = env.config_text(ram_capacity="16MB")
+    text = text.replace('capacity_limit: "2GB"', 'capacity_limit: "24MB"')
+    text = text.replace('growth_unit: "64MB"', 'growth_unit: "4MB"')
+    text = text.replace('        capacity_limit: "16MB"\n',
+                        '        capacity_limit: "16MB"\n        dirty_limit: "8MB"\n')
+    check('capacity_limit: "24MB"' in text and 'dirty_limit: "8MB"' in text,
+          "full_disk: the config template changed; the scenario's edits no longer apply")
+    env.write_config(text)
+    env.start_runtime()
+    env.mount()
+    P = lambda rel: os.path.join(env.mnt, rel)  # noqa: E731
+
+    keep = {"keep_a": os.urandom(3 * MiB), "keep_b": os.urandom(2 * MiB + 12345)}
+    for rel, data in keep.items():
+        check(_write_file_expect_enospc(P(rel), data) is None, f"{rel}: failed on an empty filesystem")
+    fsync_dir(env.mnt)
+
+    # Fill with 2 MiB files, closed but not fsynced, until one fails: the writes land on the
+    # RAM tier, and each must reserve its flushed copy on the 24 MB file tier. 16 of them
+    # cannot fit.
+    closed, failed = {}, None
+    for i in range(16):
+        rel, data = f"fill_{i:02d}", os.urandom(2 * MiB)
+        r = _write_file_expect_enospc(P(rel), data, fsync=False)
+        if r is not None:
+            failed = (rel, data, r[0])
+            break
+        closed[rel] = data
+    check(failed is not None, "32 MiB went into a 24 MB file tier (behind 16 MB of RAM) "
+                              "without ENOSPC")
+    rel, data, stage = failed
+    log(f"ENOSPC at {stage} of {rel}, after {len(closed)} files of 2 MiB were closed")
+    check(len(closed) >= 4, f"only {len(closed)} files of 2 MiB fit before ENOSPC; expected "
+                            f"the 24 MB tier to take at least 4 besides the 5 MiB kept")
+    # A second write fails the same way (no retry makes room by itself).
+    check(_write_file_expect_enospc(P("one_more"), os.urandom(2 * MiB)) is not None,
+          "a write after ENOSPC succeeded although nothing was deleted")
+
+    # Every file whose write and close succeeded can still be made durable: the room for its
+    # persistent copy was promised when the write was accepted.
+    for r, d in closed.items():
+        fd = os.open(P(r), os.O_RDWR)
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            raise TestFailure(f"{r}: fsync after a successful write and close failed: {e}; "
+                              f"the write was accepted without room for its flushed copy")
+        finally:
+            os.close(fd)
+    # Nothing fsynced was lost or damaged; the failed file holds only its own bytes or zeros.
+    for r, d in list(keep.items()) + list(closed.items()):
+        check_exact(P(r), d, "after ENOSPC")
+    check_prefix_or_zero(P(rel), data, "the file that met ENOSPC")
+
+    # Deleting makes room: once the deletions are durable, new writes fit again.
+    for r in list(closed) + [rel, "one_more"]:
+        os.unlink(P(r))
+    fsync_dir(env.mnt)
+    fresh = {f"after_{i}": os.urandom(4 * MiB) for i in range(3)}
+    for r, d in fresh.items():
+        res = _write_file_expect_enospc(P(r), d)
+        check(res is None, f"{r}: ENOSPC at {res[0] if res else ''} after the fill files were deleted")
+    fsync_dir(env.mnt)
+    for r, d in list(keep.items()) + list(fresh.items()):
+        check_exact(P(r), d, "after deleting and writing again")
+
+    tiers = env.tier_stat()
+    persistent = [t for t in tiers if str(t["persistence"]).lower() != "volatile"]
+    check(all(t["used"] <= t["capacity"] for t in persistent), f"tier stat: used past capacity: {tiers}")
+
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    env.mount()
+    for r, d in list(keep.items()) + list(fresh.items()):
+        check_exact(P(r), d, "after a clean restart")
+    check(sorted(os.listdir(env.mnt)) == sorted(list(keep) + list(fresh)),
+          f"after restart the mount lists {sorted(os.listdir(env.mnt))}")
+    env.unmount()
+    env.stop_runtime()
+
+
 def _expect_config_refused(env, conf, needles, what):
     cp = run_cmd([env.clio_run, "start"], env=env.env(conf=conf))
     err = _text(cp.stderr)
@@ -1091,6 +1207,7 @@ SCENARIO_FUNCS = {
     "bad_input": scenario_bad_input,
     "s3_restart": scenario_s3_restart,
     "s3_kill9": scenario_s3_kill9,
+    "full_disk": scenario_full_disk,
 }
 
 

@@ -1,0 +1,290 @@
+// Write-back: the dirty set, the flusher, FlushTag/FlushAll, and eviction of clean copies
+// from volatile tiers. See cte.h for the contract and tier_space.h for the space accounting.
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
+#include "placement/blob_index.h"
+#include "placement/cte.h"
+
+namespace clio {
+namespace {
+
+// A volatile copy is kept as a clean read cache after its flush while its tier is below this
+// fill fraction; above it the copy is dropped at once, leaving room for new writes without an
+// eviction on their path. Kept copies are evicted, least recently used first, when a write
+// finds the tier full.
+constexpr double kCacheKeepFill = 0.75;
+
+}  // namespace
+
+void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
+  MutexLock d(&dirty_mu_);
+  dirty_.insert({tag, blob});
+}
+
+void Cte::KickFlusher() {
+  {
+    MutexLock d(&dirty_mu_);
+    kicked_ = true;
+  }
+  flusher_cv_.NotifyAll();
+}
+
+Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  bool dirty = std::any_of(e.copies.begin(), e.copies.end(),
+                           [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
+  if (!dirty) {
+    dirty_bytes_.ReleaseBlob(tag, blob);
+    reservations_->ReleaseBlob(tag, blob);
+    return Status::Ok();
+  }
+  const uint64_t size = e.size();
+  if (size == 0) return RemoveLocked(tag, blob, std::move(e));  // truncated to nothing
+  RangeSet all;
+  for (const BlobCopy& c : e.copies)
+    for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
+  std::string buf(size, '\0');
+  CLIO_RETURN_IF_ERROR(ReadMerged(e, 0, size, buf.data()));
+
+  // The room was reserved when the blob became dirty (reservations_), so this allocation
+  // finds it unless the host filesystem under a file tier filled up meanwhile.
+  Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
+  for (Tier& t : tiers_) {
+    if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
+    auto a = t.bdev->Allocate(size);
+    if (!a.ok()) {
+      last = a.status().WithContext("flushing to tier '" + t.name + "'");
+      if (a.status().code() == Code::kNoSpace) continue;
+      return last;
+    }
+    BlobCopy p;
+    p.tier_id = t.bdev->tier_id();
+    p.state = CopyState::kClean;
+    p.generation = generation_.fetch_add(1);
+    p.extents = std::move(a).value();
+    p.written = all;
+    for (const auto& r : all.ranges()) {
+      Status w = t.bdev->Write(p.extents, r.begin, std::string_view(buf).substr(r.begin, r.end - r.begin));
+      if (!w.ok()) {
+        (void)t.bdev->Free(p.extents);
+        return w.WithContext("flushing to tier '" + t.name + "'");
+      }
+    }
+    // New copy list: the front volatile copy stays as a clean read cache while its tier has
+    // room; every other copy is released.
+    BlobEntry next;
+    std::vector<BlobCopy> released;
+    uint64_t kept_on = 0;
+    for (size_t i = 0; i < e.copies.size(); ++i) {
+      BlobCopy& c = e.copies[i];
+      Tier* ct = TierById(c.tier_id);
+      bool keep = false;
+      if (i == 0 && ct && ct->is_volatile) {
+        BdevStats st = ct->bdev->GetStats();
+        keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
+      }
+      if (keep) {
+        c.state = CopyState::kClean;
+        kept_on = c.tier_id;
+        next.copies.push_back(std::move(c));
+      } else {
+        released.push_back(std::move(c));
+      }
+    }
+    next.copies.push_back(std::move(p));
+    std::vector<std::pair<Bdev*, ExtentList>> free_now;
+    std::vector<BlobCopy> persistent_released;
+    for (BlobCopy& c : released) {
+      Tier* ct = TierById(c.tier_id);
+      if (ct && ct->is_volatile)
+        free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
+      else
+        persistent_released.push_back(std::move(c));
+    }
+    KvBatch batch;
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
+    ReleaseCopies(std::move(persistent_released), &batch);
+    Status s = kv_->Apply(std::move(batch));
+    if (!s.ok()) {
+      (void)t.bdev->Free(next.copies.back().extents);
+      return s;
+    }
+    // Volatile copies die with the process anyway: their room is reusable at once (every
+    // reader holds this blob's stripe lock, so none is reading them).
+    for (auto& [b, ext] : free_now) (void)b->Free(ext);
+    // The persistent copy is allocated and recorded: its reservation and the dirty bytes
+    // are spent.
+    dirty_bytes_.ReleaseBlob(tag, blob);
+    reservations_->ReleaseBlob(tag, blob);
+    if (kept_on != 0) clean_lru_.Touch(kept_on, tag, blob);
+    return Status::Ok();
+  }
+  return last;
+}
+
+Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  Status st = FlushBlobLocked(tag, blob);
+  MutexLock d(&dirty_mu_);
+  if (st.ok()) {
+    dirty_.erase({tag, blob});
+  } else {
+    dirty_.insert({tag, blob});
+  }
+  return st;
+}
+
+Status Cte::FlushTag(uint64_t tag) {
+  std::vector<uint64_t> blobs;
+  {
+    MutexLock d(&dirty_mu_);
+    for (auto it = dirty_.lower_bound({tag, 0}); it != dirty_.end() && it->first == tag; ++it)
+      blobs.push_back(it->second);
+  }
+  Status first = TakeFlushError(tag);
+  for (uint64_t b : blobs) {
+    Status s = FlushOne(tag, b);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Cte::TakeFlushError(uint64_t tag) {
+  MutexLock d(&dirty_mu_);
+  for (auto it = flush_errors_.begin(); it != flush_errors_.end(); ++it) {
+    if (it->first == tag) {
+      Status s = it->second;
+      flush_errors_.erase(it);
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Cte::FlushAll() {
+  std::vector<std::pair<uint64_t, uint64_t>> all;
+  {
+    MutexLock d(&dirty_mu_);
+    all.assign(dirty_.begin(), dirty_.end());
+  }
+  Status first;
+  for (auto [tag, blob] : all) {
+    Status s = FlushOne(tag, blob);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+void Cte::FlusherLoop() {
+  while (true) {
+    std::vector<std::pair<uint64_t, uint64_t>> batch;
+    {
+      MutexLock d(&dirty_mu_);
+      // Runs every flush interval, or at once when a writer reached a tier's dirty limit.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(flush_interval_ms_);
+      while (!stopping_ && !kicked_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) break;
+        flusher_cv_.WaitFor(&dirty_mu_, deadline - now);
+      }
+      if (stopping_) return;
+      kicked_ = false;
+      batch.assign(dirty_.begin(), dirty_.end());
+    }
+    for (auto [tag, blob] : batch) {
+      Status s = FlushOne(tag, blob);
+      if (!s.ok()) {
+        flush_failures_.fetch_add(1);
+        CLIO_LOG_WARN("flushing blob {}:{}: {} (kept dirty, will retry)", tag, blob, s.ToString());
+        MutexLock d(&dirty_mu_);
+        bool found = false;
+        for (auto& [t, st] : flush_errors_)
+          if (t == tag) found = true;
+        if (!found) flush_errors_.emplace_back(tag, s);
+      }
+    }
+  }
+}
+
+void Cte::EvictClean(size_t tier, uint64_t bytes) {
+  Tier& t = tiers_[tier];
+  const uint64_t tid = t.bdev->tier_id();
+  uint64_t freed = 0, tag = 0, blob = 0;
+  while (freed < bytes && clean_lru_.PopOldest(tid, &tag, &blob)) {
+    Stripe& s = StripeFor(tag, blob);
+    MutexLock l(&s.mu);
+    auto e = LoadEntry(tag, blob);
+    if (!e.ok()) {
+      CLIO_LOG_WARN("evicting blob {}:{}: {}", tag, blob, e.status().ToString());
+      continue;
+    }
+    BlobEntry next;
+    std::vector<BlobCopy> drop;
+    for (BlobCopy& c : e->copies) {
+      if (c.tier_id == tid && c.state == CopyState::kClean)
+        drop.push_back(std::move(c));
+      else
+        next.copies.push_back(std::move(c));
+    }
+    if (drop.empty()) continue;  // written again, flushed away or removed since
+    // A clean copy was flushed, so the copies left hold every byte it holds; check rather
+    // than trust it, since dropping the only copy of a byte would lose data.
+    RangeSet left;
+    for (const BlobCopy& c : next.copies)
+      for (const auto& r : c.written.ranges()) left.Add(r.begin, r.end);
+    bool covered = std::all_of(drop.begin(), drop.end(),
+                               [&](const BlobCopy& c) { return c.written.Minus(left).empty(); });
+    if (!covered) {
+      CLIO_LOG_ERROR("blob {}:{}: a clean copy on tier '{}' holds bytes no other copy holds; not evicted",
+                     tag, blob, t.name);
+      continue;
+    }
+    KvBatch batch;
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
+    Status a = kv_->Apply(std::move(batch));
+    if (!a.ok()) {
+      CLIO_LOG_WARN("evicting blob {}:{}: {}", tag, blob, a.ToString());
+      continue;
+    }
+    // As in a flush: the copy is volatile and every reader holds this stripe lock.
+    for (const BlobCopy& c : drop) {
+      Status f = t.bdev->Free(c.extents);
+      if (!f.ok()) CLIO_LOG_ERROR("freeing an evicted copy: {}", f.ToString());
+      freed += TotalSize(c.extents);
+      evicted_bytes_.fetch_add(TotalSize(c.extents));
+    }
+    evictions_.fetch_add(1);
+  }
+}
+
+Status Cte::Stop() {
+  {
+    MutexLock d(&dirty_mu_);
+    if (stopping_) return Status::Ok();
+    stopping_ = true;
+  }
+  flusher_cv_.NotifyAll();
+  if (flusher_.joinable()) flusher_.join();
+  Status s = FlushAll();
+  Status k = kv_->Sync();
+  return s.ok() ? k : s;
+}
+
+WritebackStats Cte::GetWritebackStats() {
+  WritebackStats w;
+  w.dirty = dirty_bytes_.Counters();
+  w.reserved = reservations_->reserved();
+  w.dirty_waits = dirty_bytes_.waits();
+  w.dirty_wait_timeouts = dirty_bytes_.timeouts();
+  w.evictions = evictions_.load();
+  w.evicted_bytes = evicted_bytes_.load();
+  w.flush_failures = flush_failures_.load();
+  MutexLock d(&dirty_mu_);
+  w.dirty_blobs = dirty_.size();
+  return w;
+}
+
+}  // namespace clio

@@ -1,0 +1,185 @@
+#include "placement/tier_space.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace clio {
+
+namespace {
+constexpr uint64_t kMaxBlockSize = 1ull << 20;  // the allocator's largest class
+constexpr uint64_t kMinClass = 512;             // and its smallest
+}  // namespace
+
+uint64_t AllocationFootprint(uint64_t bytes, uint64_t min_class) {
+  const uint64_t whole = bytes / kMaxBlockSize * kMaxBlockSize;
+  const uint64_t rest = bytes - whole;
+  if (rest == 0) return whole;
+  return whole + std::max(std::max(min_class, kMinClass), std::bit_ceil(rest));
+}
+
+FlushReservations::FlushReservations(std::vector<Bdev*> persistent)
+    : persistent_(std::move(persistent)), min_class_([this] {
+        uint64_t m = kMinClass;
+        for (Bdev* b : persistent_) m = std::max(m, b->config().alignment);
+        return std::min(m, kMaxBlockSize);
+      }()) {}
+
+uint64_t FlushReservations::AvailableLocked() const {
+  uint64_t remaining = 0;
+  for (Bdev* b : persistent_) {
+    BdevStats s = b->GetStats();
+    if (s.lifetime_days < 1) continue;  // a dying tier takes no flushes
+    remaining += s.remaining;
+  }
+  return remaining > reserved_ ? remaining - reserved_ : 0;
+}
+
+Status FlushReservations::ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size, uint64_t* previous) {
+  MutexLock l(&mu_);
+  uint64_t& have = by_blob_[{tag, blob}];
+  if (previous) *previous = have;
+  const uint64_t want = enabled() ? AllocationFootprint(size, min_class_) : 0;
+  if (want <= have) {
+    if (have == 0) by_blob_.erase({tag, blob});
+    return Status::Ok();
+  }
+  const uint64_t more = want - have;
+  const uint64_t avail = AvailableLocked();
+  if (more > avail) {
+    if (have == 0) by_blob_.erase({tag, blob});
+    return NoSpace("the persistent tiers cannot hold the flushed copy: " + std::to_string(more) +
+                   " more bytes needed, " + std::to_string(avail) + " free after " +
+                   std::to_string(reserved_) + " bytes reserved for dirty data");
+  }
+  have = want;
+  reserved_ += more;
+  return Status::Ok();
+}
+
+void FlushReservations::RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes) {
+  MutexLock l(&mu_);
+  auto it = by_blob_.find({tag, blob});
+  uint64_t have = it == by_blob_.end() ? 0 : it->second;
+  reserved_ = reserved_ - have + bytes;
+  if (bytes == 0) {
+    if (it != by_blob_.end()) by_blob_.erase(it);
+  } else {
+    by_blob_[{tag, blob}] = bytes;
+  }
+}
+
+void FlushReservations::ReleaseBlob(uint64_t tag, uint64_t blob) { RestoreBlob(tag, blob, 0); }
+
+Status FlushReservations::Hold(uint64_t bytes) {
+  if (!enabled() || bytes == 0) return Status::Ok();
+  MutexLock l(&mu_);
+  const uint64_t want = AllocationFootprint(bytes, min_class_);
+  const uint64_t avail = AvailableLocked();
+  if (want > avail)
+    return NoSpace("the persistent tiers have " + std::to_string(avail) + " bytes free after " +
+                   std::to_string(reserved_) + " bytes reserved for dirty data; " +
+                   std::to_string(want) + " needed");
+  reserved_ += want;
+  return Status::Ok();
+}
+
+void FlushReservations::Unhold(uint64_t bytes) {
+  if (!enabled() || bytes == 0) return;
+  MutexLock l(&mu_);
+  reserved_ -= AllocationFootprint(bytes, min_class_);
+}
+
+uint64_t FlushReservations::reserved() const {
+  MutexLock l(&mu_);
+  return reserved_;
+}
+
+void DirtyLedger::AddTier(uint64_t tier_id, uint64_t limit) {
+  MutexLock l(&mu_);
+  tiers_[tier_id].limit = limit;
+}
+
+void DirtyLedger::SetLocked(TierState& t, const ChargeKey& key, uint64_t bytes) {
+  auto c = charges_.find(key);
+  const uint64_t have = c == charges_.end() ? 0 : c->second;
+  t.dirty = t.dirty - have + bytes;
+  t.peak = std::max(t.peak, t.dirty);
+  if (bytes == 0) {
+    if (c != charges_.end()) charges_.erase(c);
+  } else {
+    charges_[key] = bytes;
+  }
+  if (bytes < have) room_cv_.NotifyAll();
+}
+
+bool DirtyLedger::TryCharge(uint64_t tier_id, uint64_t tag, uint64_t blob, uint64_t bytes,
+                            uint64_t* previous) {
+  MutexLock l(&mu_);
+  auto t = tiers_.find(tier_id);
+  if (t == tiers_.end()) return true;  // not a volatile tier: nothing to count
+  const ChargeKey key{tag, blob, tier_id};
+  auto c = charges_.find(key);
+  const uint64_t have = c == charges_.end() ? 0 : c->second;
+  if (previous) *previous = have;
+  const uint64_t others = t->second.dirty - have;
+  if (bytes > have && others > 0 && others + bytes > t->second.limit) return false;
+  SetLocked(t->second, key, bytes);
+  return true;
+}
+
+void DirtyLedger::SetCharge(uint64_t tier_id, uint64_t tag, uint64_t blob, uint64_t bytes) {
+  MutexLock l(&mu_);
+  auto t = tiers_.find(tier_id);
+  if (t != tiers_.end()) SetLocked(t->second, {tag, blob, tier_id}, bytes);
+}
+
+void DirtyLedger::ReleaseBlob(uint64_t tag, uint64_t blob) {
+  MutexLock l(&mu_);
+  bool released = false;
+  auto it = charges_.lower_bound({tag, blob, 0});
+  while (it != charges_.end() && std::get<0>(it->first) == tag && std::get<1>(it->first) == blob) {
+    auto t = tiers_.find(std::get<2>(it->first));
+    if (t != tiers_.end()) t->second.dirty -= it->second;
+    it = charges_.erase(it);
+    released = true;
+  }
+  if (released) room_cv_.NotifyAll();
+}
+
+bool DirtyLedger::WaitForRoom(uint64_t tier_id, uint64_t bytes,
+                              std::chrono::steady_clock::time_point deadline) {
+  MutexLock l(&mu_);
+  auto t = tiers_.find(tier_id);
+  if (t == tiers_.end() || FitsLocked(t->second, bytes)) return true;
+  ++waits_;
+  // Woken by every release; the deadline bounds the wait when the flusher cannot make room
+  // (a failing persistent tier), and the caller then places the write elsewhere.
+  while (!FitsLocked(t->second, bytes)) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      ++timeouts_;
+      return false;
+    }
+    room_cv_.WaitFor(&mu_, deadline - now);
+  }
+  return true;
+}
+
+std::vector<DirtyLedger::TierCounters> DirtyLedger::Counters() const {
+  MutexLock l(&mu_);
+  std::vector<TierCounters> out;
+  for (const auto& [id, t] : tiers_) out.push_back({id, t.limit, t.dirty, t.peak});
+  return out;
+}
+
+uint64_t DirtyLedger::waits() const {
+  MutexLock l(&mu_);
+  return waits_;
+}
+
+uint64_t DirtyLedger::timeouts() const {
+  MutexLock l(&mu_);
+  return timeouts_;
+}
+
+}  // namespace clio

@@ -1,0 +1,126 @@
+// Space accounting for write-back (DESIGN.md, "Space"): what the CTE has promised but not yet
+// allocated on its tiers. No bytes move here and no extent is allocated; these are counters the
+// CTE consults before it places a write.
+//
+// FlushReservations: a blob that lands dirty on a volatile tier will need a persistent copy of
+// its whole length when it is flushed. Its room is reserved pool-wide (over every healthy
+// persistent tier) when the write lands, so a persistent tier that cannot hold it fails the
+// write (ENOSPC at write(2)) rather than the flusher later. A reservation is released when the
+// flush has allocated and recorded the real copy, or when the blob is removed.
+//
+// DirtyLedger: dirty bytes (extents of dirty copies) per volatile tier, against each tier's
+// dirty_limit. A charge that would pass the limit is refused; the writer kicks the flusher and
+// waits for it (bounded) in WaitForRoom. Releases (flush, removal) wake the waiters.
+//
+// Thread safety: every method may be called concurrently. Each class has one mutex, taken
+// last: callers may hold a blob's stripe lock and the CTE's dirty_mu_, and nothing here calls
+// out while holding it except Bdev::GetStats (which takes only the bdev's own locks).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "storage/bdev.h"
+
+namespace clio {
+
+// Bytes the block allocator hands out for a request of `bytes`: whole 1 MiB blocks plus the
+// smallest power-of-two class (>= min_class) that holds the rest (storage/allocator.h).
+uint64_t AllocationFootprint(uint64_t bytes, uint64_t min_class);
+
+class FlushReservations {
+ public:
+  // `persistent`: the bdevs whose remaining room backs reservations (not owned; they outlive
+  // this object). With none, reservations are disabled: every call succeeds and reserves 0.
+  explicit FlushReservations(std::vector<Bdev*> persistent);
+
+  // Raises the reservation of (tag, blob) to the footprint of a `size`-byte copy; never
+  // lowers it. NoSpace, changing nothing, when the healthy persistent tiers' remaining bytes,
+  // less everything already reserved, cannot hold the increase. *previous (optional) receives
+  // the reservation before the call, for RestoreBlob.
+  Status ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size, uint64_t* previous = nullptr);
+  // Sets the reservation of (tag, blob) back to `bytes` (undoing a ReserveBlob).
+  void RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes);
+  // Drops the reservation of (tag, blob), if any.
+  void ReleaseBlob(uint64_t tag, uint64_t blob);
+
+  // Holds room for a direct write of `bytes` to a persistent tier, so that write cannot take
+  // room a dirty blob's flush counts on. NoSpace as for ReserveBlob. Unhold once the write has
+  // allocated (or failed to).
+  Status Hold(uint64_t bytes);
+  void Unhold(uint64_t bytes);
+
+  uint64_t reserved() const;
+  bool enabled() const { return !persistent_.empty(); }
+
+ private:
+  // Remaining bytes of the healthy persistent tiers, less everything reserved.
+  uint64_t AvailableLocked() const REQUIRES(mu_);
+
+  const std::vector<Bdev*> persistent_;
+  const uint64_t min_class_;  // the largest allocation class floor among the persistent tiers
+
+  mutable Mutex mu_;
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_blob_ GUARDED_BY(mu_);
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // sum of by_blob_ plus holds
+};
+
+class DirtyLedger {
+ public:
+  struct TierCounters {
+    uint64_t tier_id = 0;
+    uint64_t limit = 0;  // bytes
+    uint64_t dirty = 0;  // bytes in extents of dirty copies now
+    uint64_t peak = 0;   // the most `dirty` has been
+  };
+
+  // Registers a volatile tier with its dirty limit in bytes (> 0). Call before any charge.
+  void AddTier(uint64_t tier_id, uint64_t limit);
+
+  // Sets the dirty bytes (tag, blob) holds on the tier to `bytes`. Refused (false, nothing
+  // changed) when that would take the tier past its limit while other dirty bytes are on it;
+  // a tier with nothing else dirty always takes one blob, so a blob larger than the limit
+  // cannot wait forever. *previous (optional) receives the charge before the call.
+  bool TryCharge(uint64_t tier_id, uint64_t tag, uint64_t blob, uint64_t bytes,
+                 uint64_t* previous = nullptr);
+  // Sets the charge unconditionally (to undo a TryCharge).
+  void SetCharge(uint64_t tier_id, uint64_t tag, uint64_t blob, uint64_t bytes);
+  // Drops every charge of the blob (flushed or removed) and wakes waiting writers.
+  void ReleaseBlob(uint64_t tag, uint64_t blob);
+
+  // Waits until `bytes` more would fit under the tier's limit (or nothing else is dirty on
+  // it), or until `deadline`. True when there is room. Counts the wait, and a timeout.
+  bool WaitForRoom(uint64_t tier_id, uint64_t bytes, std::chrono::steady_clock::time_point deadline);
+
+  std::vector<TierCounters> Counters() const;
+  uint64_t waits() const;
+  uint64_t timeouts() const;
+
+ private:
+  struct TierState {
+    uint64_t limit = 0;
+    uint64_t dirty = 0;
+    uint64_t peak = 0;
+  };
+  using ChargeKey = std::tuple<uint64_t, uint64_t, uint64_t>;  // (tag, blob, tier id)
+  bool FitsLocked(const TierState& t, uint64_t bytes) const REQUIRES(mu_) {
+    return t.dirty == 0 || t.dirty + bytes <= t.limit;
+  }
+  // Sets the charge of `key` on tier `t` to `bytes`, keeping the totals and the peak.
+  void SetLocked(TierState& t, const ChargeKey& key, uint64_t bytes) REQUIRES(mu_);
+
+  mutable Mutex mu_;
+  CondVar room_cv_;  // signalled whenever dirty bytes go down
+  std::map<uint64_t, TierState> tiers_ GUARDED_BY(mu_);
+  std::map<ChargeKey, uint64_t> charges_ GUARDED_BY(mu_);  // -> bytes charged
+  uint64_t waits_ GUARDED_BY(mu_) = 0;
+  uint64_t timeouts_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace clio
