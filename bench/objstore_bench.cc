@@ -46,7 +46,8 @@ struct Server {
     if (pid == 0) {
       const std::string script = std::string(CLIO_SOURCE_DIR) + "/tests/objstore/s3_server.py";
       ::execlp("python3", "python3", script.c_str(), "--port", "0", "--port-file",
-               port_file.c_str(), "--access-key", kKey, "--secret-key", kSecret, (char*)nullptr);
+               port_file.c_str(), "--access-key", kKey, "--secret-key", kSecret, "--require-content-md5",
+               (char*)nullptr);
       ::_exit(127);
     }
     for (int i = 0; i < 600 && port == 0; ++i) {

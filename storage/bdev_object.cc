@@ -17,10 +17,13 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "common/log.h"
 #include "storage/alloc_log.h"
@@ -47,15 +50,45 @@ class ObjectBdev final : public BdevBase {
         log_(std::move(log)) {}
 
   ~ObjectBdev() override {
+    {
+      MutexLock l(&queue_mu_);
+      stopping_ = true;
+      queue_cv_.NotifyAll();
+    }
+    if (deleter_.joinable()) deleter_.join();
+    size_t left = 0;
+    {
+      MutexLock l(&queue_mu_);
+      left = queue_.size();
+    }
+    if (left > 0) {
+      CLIO_LOG_INFO("{}: {} objects of freed blocks not deleted at stop (never read; replaced "
+                    "when their blocks are written again)", Describe(), left);
+    }
     Status s = log_->Sync();
     if (!s.ok()) CLIO_LOG_WARN("{}: final alloc log sync: {}", Describe(), s.ToString());
   }
 
   Status Start(const AllocLog::Replay& replay) {
     CLIO_RETURN_IF_ERROR(alloc_->Restore(replay.live, replay.free).WithContext(Describe()));
-    MutexLock l(&written_mu_);
-    for (const auto& e : replay.written) written_.emplace(e.offset, e.size);
+    {
+      MutexLock l(&written_mu_);
+      for (const auto& e : replay.written) written_.emplace(e.offset, e.size);
+    }
+    deleter_ = std::thread([this] { DeleterLoop(); });
     return Status::Ok();
+  }
+
+  // A block's new life starts unwritten, whatever an earlier life left behind, and a delete
+  // of the earlier life's object still queued is dropped (the first write replaces it).
+  Result<ExtentList> Allocate(uint64_t bytes) override {
+    CLIO_ASSIGN_OR_RETURN(ExtentList got, BdevBase::Allocate(bytes));
+    MutexLock l(&written_mu_);
+    for (const auto& e : got) {
+      written_.erase(e.offset);
+      pending_.erase(e.offset);
+    }
+    return got;
   }
 
   Status Write(const ExtentList& extents, uint64_t offset, std::string_view data) override {
@@ -74,20 +107,33 @@ class ObjectBdev final : public BdevBase {
                         });
   }
 
+  // No network I/O here (frees run on the metadata commit path): the blocks become unwritten
+  // before the allocator can hand them out again, and their objects are deleted in the
+  // background (DeleterLoop).
   Status Free(const ExtentList& extents) override {
-    ExtentList had_data;
+    std::vector<std::pair<Extent, uint64_t>> dropped;  // written blocks and their delete tokens
     {
       MutexLock l(&written_mu_);
       for (const auto& e : extents) {
         auto it = written_.find(e.offset);
-        if (it != written_.end() && it->second == e.size) had_data.push_back(e);
+        if (it == written_.end() || it->second != e.size) continue;
+        written_.erase(it);
+        dropped.emplace_back(e, ++next_token_);
+        pending_[e.offset] = next_token_;
       }
     }
-    DeleteObjects(had_data, "free");
-    CLIO_RETURN_IF_ERROR(BdevBase::Free(extents));
-    MutexLock l(&written_mu_);
-    for (const auto& e : extents) written_.erase(e.offset);
-    return Status::Ok();
+    Status freed = alloc_->Free(extents).WithContext(Describe());
+    if (!freed.ok()) {
+      // Refused as a whole (not allocated blocks): nothing was freed, so nothing changes.
+      MutexLock l(&written_mu_);
+      for (const auto& [e, token] : dropped) {
+        written_.emplace(e.offset, e.size);
+        pending_.erase(e.offset);
+      }
+      return freed;
+    }
+    QueueDeletes(dropped);
+    return PersistAllocator().WithContext(Describe());
   }
 
   Status Reconcile(const ExtentList& referenced) override {
@@ -100,13 +146,18 @@ class ObjectBdev final : public BdevBase {
       if (keep.count(e.offset) == 0) orphans.push_back(e);
     }
     // An orphan may have an object even without a written record (the record was not yet
-    // durable): delete them all.
-    DeleteObjects(orphans, "reconcile");
+    // durable): delete them all, in the background.
+    std::vector<std::pair<Extent, uint64_t>> dropped;
     {
       MutexLock l(&written_mu_);
-      for (const auto& e : orphans) written_.erase(e.offset);
+      for (const auto& e : orphans) {
+        written_.erase(e.offset);
+        dropped.emplace_back(e, ++next_token_);
+        pending_[e.offset] = next_token_;
+      }
     }
     CLIO_RETURN_IF_ERROR(BdevBase::Reconcile(referenced));
+    QueueDeletes(dropped);
     // A referenced block the log did not hold live: whether it holds data is unknown, so a
     // missing object must be an error rather than zeros.
     MutexLock l(&written_mu_);
@@ -221,16 +272,45 @@ class ObjectBdev final : public BdevBase {
                    std::to_string(e.size) + " bytes) is missing: " + s.message());
   }
 
-  // Best effort: a block whose object could not be deleted is still freed. Its next life
-  // starts unwritten, so the stale object is never read, only replaced by the first write.
-  void DeleteObjects(const ExtentList& extents, std::string_view why) {
-    for (const auto& e : extents) {
-      Status d = store_->Delete(Key(e.offset));
-      if (!d.ok()) {
+  void QueueDeletes(const std::vector<std::pair<Extent, uint64_t>>& dropped) {
+    if (dropped.empty()) return;
+    MutexLock l(&queue_mu_);
+    for (const auto& [e, token] : dropped) queue_.push_back({e.offset, token});
+    queue_cv_.NotifyOne();
+  }
+
+  // Deletes the objects of freed blocks, one at a time. Best effort: a delete that fails after
+  // its retries leaves the object behind, which is safe because the block's next life starts
+  // unwritten (never read, replaced by its first write). A delete whose block was allocated
+  // again since is skipped; one in flight holds the block's lock, so the new life's first
+  // write cannot land before it.
+  void DeleterLoop() {
+    for (;;) {
+      PendingDelete d;
+      {
+        MutexLock l(&queue_mu_);
+        while (queue_.empty() && !stopping_) queue_cv_.Wait(&queue_mu_);
+        if (stopping_) return;
+        d = queue_.front();
+        queue_.pop_front();
+      }
+      MutexLock bl(&BlockLock(d.offset));
+      {
+        MutexLock l(&written_mu_);
+        auto it = pending_.find(d.offset);
+        if (it == pending_.end() || it->second != d.token) continue;
+      }
+      Status s = store_->Delete(Key(d.offset));
+      {
+        MutexLock l(&written_mu_);
+        auto it = pending_.find(d.offset);
+        if (it != pending_.end() && it->second == d.token) pending_.erase(it);
+      }
+      if (!s.ok()) {
         delete_failures_.fetch_add(1);
-        CLIO_LOG_WARN("{}: {}: deleting the object of block {}: {} (left behind; it is never "
+        CLIO_LOG_WARN("{}: deleting the object of freed block {}: {} (left behind; it is never "
                       "read and is replaced when the block is written again)",
-                      Describe(), why, e.offset, d.ToString());
+                      Describe(), d.offset, s.ToString());
       }
     }
   }
@@ -239,8 +319,21 @@ class ObjectBdev final : public BdevBase {
   const ObjectLocation location_;
   const std::unique_ptr<AllocLog> log_;
   std::array<Mutex, kBlockLocks> block_mu_;
-  Mutex written_mu_;  // order: allocator -> written_mu_ -> the log's locks
+  // Lock order: a block lock -> allocator -> written_mu_ -> the log's locks; queue_mu_ alone.
+  Mutex written_mu_;
   std::unordered_map<uint64_t, uint64_t> written_ GUARDED_BY(written_mu_);  // offset -> size
+  // Freed blocks whose object is still to be deleted: offset -> the token of that delete.
+  std::unordered_map<uint64_t, uint64_t> pending_ GUARDED_BY(written_mu_);
+  uint64_t next_token_ GUARDED_BY(written_mu_) = 0;
+  struct PendingDelete {
+    uint64_t offset = 0;
+    uint64_t token = 0;
+  };
+  Mutex queue_mu_;
+  CondVar queue_cv_;
+  std::deque<PendingDelete> queue_ GUARDED_BY(queue_mu_);
+  bool stopping_ GUARDED_BY(queue_mu_) = false;
+  std::thread deleter_;
   std::atomic<uint64_t> delete_failures_{0};
 };
 
@@ -296,7 +389,9 @@ Result<std::unique_ptr<Bdev>> OpenObjectBdev(const BdevConfig& config) {
     return IoError("tier " + where + ": creating the directory of alloc_log " + c.alloc_log +
                    ": " + ec.message());
   }
-  const bool log_exists = std::filesystem::file_size(c.alloc_log, ec) > 0 && !ec;
+  // A log shorter than its header is a creation torn by a crash: it holds nothing.
+  const uint64_t log_size = std::filesystem::file_size(c.alloc_log, ec);
+  const bool log_exists = !ec && log_size >= AllocLog::kHeaderSize;
 
   if (header && !log_exists) {
     return Corruption("tier " + where + " (id " + std::to_string(header->tier_id) +

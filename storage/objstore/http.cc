@@ -11,6 +11,7 @@
 #include <Poco/Timespan.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <istream>
@@ -38,11 +39,13 @@ bool MethodHasBody(std::string_view m) { return m == "PUT" || m == "POST" || m =
 
 std::string Endpoint::HostHeader() const {
   const uint16_t def = https ? 443 : 80;
-  return port == def ? host : host + ":" + std::to_string(port);
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return port == def ? h : h + ":" + std::to_string(port);
 }
 
 std::string Endpoint::ToString() const {
-  return std::string(https ? "https://" : "http://") + host + ":" + std::to_string(port);
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return std::string(https ? "https://" : "http://") + h + ":" + std::to_string(port);
 }
 
 Result<Endpoint> ParseEndpoint(std::string_view url) {
@@ -61,16 +64,37 @@ Result<Endpoint> ParseEndpoint(std::string_view url) {
     return InvalidArgument("endpoint '" + std::string(url) + "': a path is not allowed");
   }
   e.port = e.https ? 443 : 80;
-  size_t colon = rest.rfind(':');
-  if (colon != std::string_view::npos && rest.find(']') == std::string_view::npos) {
-    std::string_view p = rest.substr(colon + 1);
+  std::string_view port_part;
+  if (!rest.empty() && rest.front() == '[') {  // [v6 address]:port
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos || close == 1) {
+      return InvalidArgument("endpoint '" + std::string(url) + "': bad IPv6 address");
+    }
+    std::string_view after = rest.substr(close + 1);
+    if (!after.empty() && after.front() != ':') {
+      return InvalidArgument("endpoint '" + std::string(url) + "': junk after the IPv6 address");
+    }
+    if (!after.empty()) port_part = after.substr(1);
+    rest = rest.substr(1, close - 1);
+    if (port_part.empty() && !after.empty()) {
+      return InvalidArgument("endpoint '" + std::string(url) + "': bad port ''");
+    }
+  } else if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    if (rest.find(':') != colon) {
+      return InvalidArgument("endpoint '" + std::string(url) + "': put an IPv6 address in []");
+    }
+    port_part = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+    if (port_part.empty()) return InvalidArgument("endpoint '" + std::string(url) + "': bad port ''");
+  }
+  if (!port_part.empty()) {
     unsigned v = 0;
-    auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
-    if (ec != std::errc() || ptr != p.data() + p.size() || v == 0 || v > 65535) {
-      return InvalidArgument("endpoint '" + std::string(url) + "': bad port '" + std::string(p) + "'");
+    auto [ptr, ec] = std::from_chars(port_part.data(), port_part.data() + port_part.size(), v);
+    if (ec != std::errc() || ptr != port_part.data() + port_part.size() || v == 0 || v > 65535) {
+      return InvalidArgument("endpoint '" + std::string(url) + "': bad port '" +
+                             std::string(port_part) + "'");
     }
     e.port = static_cast<uint16_t>(v);
-    rest = rest.substr(0, colon);
   }
   if (rest.empty()) return InvalidArgument("endpoint '" + std::string(url) + "': no host");
   e.host = std::string(rest);
@@ -107,7 +131,6 @@ struct Client::Impl {
     } else {
       s = std::make_unique<Poco::Net::HTTPClientSession>(endpoint.host, endpoint.port);
     }
-    s->setTimeout(Poco::Timespan(static_cast<Poco::Timespan::TimeDiff>(options.timeout.count()) * 1000));
     s->setKeepAlive(true);
     opened.fetch_add(1);
     return s;
@@ -129,10 +152,26 @@ Client::~Client() = default;
 
 uint64_t Client::connections_opened() const { return impl_->opened.load(); }
 
-Result<Response> Client::Send(const Request& request) {
-  auto session = impl_->Take();
+Result<Response> Client::Send(const Request& request,
+                              std::optional<std::chrono::steady_clock::time_point> deadline) {
   const std::string what = request.method + " " + endpoint_.ToString() + request.target;
+  using Clock = std::chrono::steady_clock;
+  // The wait of one socket operation: the configured timeout, or less when the deadline is
+  // nearer.
+  auto op_timeout = [&]() -> std::chrono::milliseconds {
+    auto t = impl_->options.timeout;
+    if (deadline) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+      t = std::max(std::chrono::milliseconds(1), std::min(t, left));
+    }
+    return t;
+  };
+  auto past_deadline = [&] { return deadline && Clock::now() >= *deadline; };
+  std::unique_ptr<Poco::Net::HTTPClientSession> session;
   try {
+    session = impl_->Take();
+    session->setTimeout(Poco::Timespan(static_cast<Poco::Timespan::TimeDiff>(op_timeout().count()) * 1000));
     Poco::Net::HTTPRequest req(request.method, request.target, Poco::Net::HTTPMessage::HTTP_1_1);
     for (const auto& [name, value] : request.headers) req.set(name, value);
     if (MethodHasBody(request.method) || !request.body.empty()) {
@@ -147,43 +186,53 @@ Result<Response> Client::Send(const Request& request) {
     if (!os.good()) return Unavailable(what + ": sending the request body failed");
 
     Poco::Net::HTTPResponse resp;
+    session->setTimeout(Poco::Timespan(static_cast<Poco::Timespan::TimeDiff>(op_timeout().count()) * 1000));
     std::istream& is = session->receiveResponse(resp);
     Response out;
     out.status = static_cast<int>(resp.getStatus());
     for (const auto& [n, v] : resp) out.headers.emplace_back(n, v);
+    const std::string status = " (HTTP " + std::to_string(out.status) + ")";
     const bool no_body = request.method == "HEAD" || out.status == 204 || out.status == 304 ||
                          out.status < 200;
     if (!no_body) {
-      if (resp.hasContentLength()) {
-        const Poco::Int64 len = resp.getContentLength64();
-        if (len < 0 || static_cast<uint64_t>(len) > impl_->options.max_body) {
-          return Unavailable(what + ": response Content-Length " + std::to_string(len) +
-                             " is out of bounds");
-        }
-        out.body.resize(static_cast<size_t>(len));
-        is.read(out.body.data(), len);
-        if (is.gcount() != len) {
-          return Unavailable(what + ": truncated response: " + std::to_string(is.gcount()) +
-                             " of " + std::to_string(len) + " body bytes (HTTP " +
-                             std::to_string(out.status) + ")");
-        }
-      } else {
-        char buf[65536];
-        while (is.read(buf, sizeof(buf)) || is.gcount() > 0) {
-          out.body.append(buf, static_cast<size_t>(is.gcount()));
-          if (out.body.size() > impl_->options.max_body) {
-            return Unavailable(what + ": response body longer than " +
-                               std::to_string(impl_->options.max_body) + " bytes");
-          }
-        }
-        if (is.bad()) return Unavailable(what + ": reading the response body failed");
+      const bool sized = resp.hasContentLength();
+      const Poco::Int64 len = sized ? resp.getContentLength64() : -1;
+      if (sized && (len < 0 || static_cast<uint64_t>(len) > impl_->options.max_body)) {
+        return Unavailable(what + ": response Content-Length " + std::to_string(len) +
+                           " is out of bounds" + status);
       }
+      if (sized) out.body.reserve(static_cast<size_t>(len));
+      // In pieces, so the deadline is checked while a slow server trickles the body.
+      char buf[65536];
+      for (;;) {
+        size_t want = sizeof(buf);
+        if (sized) want = std::min<uint64_t>(want, static_cast<uint64_t>(len) - out.body.size());
+        if (want == 0) break;
+        if (past_deadline()) {
+          return Unavailable(what + ": gave up reading the body at the deadline after " +
+                             std::to_string(out.body.size()) + " bytes" + status);
+        }
+        session->setTimeout(Poco::Timespan(static_cast<Poco::Timespan::TimeDiff>(op_timeout().count()) * 1000));
+        // peek() receives once (at most one socket wait); readsome() takes what arrived.
+        if (is.peek() == std::char_traits<char>::eof()) break;
+        const std::streamsize got = is.readsome(buf, static_cast<std::streamsize>(want));
+        if (got <= 0) break;
+        out.body.append(buf, static_cast<size_t>(got));
+        if (!sized && out.body.size() > impl_->options.max_body) {
+          return Unavailable(what + ": response body longer than " +
+                             std::to_string(impl_->options.max_body) + " bytes" + status);
+        }
+      }
+      if (sized && out.body.size() != static_cast<uint64_t>(len)) {
+        return Unavailable(what + ": truncated response: " + std::to_string(out.body.size()) +
+                           " of " + std::to_string(len) + " body bytes" + status);
+      }
+      if (!sized && is.bad()) return Unavailable(what + ": reading the response body failed" + status);
     }
     if (resp.getKeepAlive()) impl_->Give(std::move(session));
     return out;
   } catch (const Poco::TimeoutException& e) {
-    return Unavailable(what + ": timed out after " +
-                       std::to_string(impl_->options.timeout.count()) + " ms");
+    return Unavailable(what + ": timed out after " + std::to_string(op_timeout().count()) + " ms");
   } catch (const Poco::Exception& e) {
     return Unavailable(what + ": " + e.displayText());
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,7 +63,11 @@ class Client {
   // Sends one request and reads the whole response. Transport failures (refused, reset,
   // timeout, a body shorter than its Content-Length, a malformed response) are Unavailable:
   // the caller may retry. An HTTP error status is a successful Send().
-  Result<Response> Send(const Request& request);
+  // Sends `request` and reads the whole answer. Every connect, send and receive waits at most
+  // options.timeout, and the call as a whole gives up at `deadline` (when given), so a server
+  // that trickles its answer cannot hold the caller past it.
+  Result<Response> Send(const Request& request,
+                        std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
   const Endpoint& endpoint() const { return endpoint_; }
   // Sessions opened so far (a new TCP connection each).

@@ -169,8 +169,11 @@ Result<http::Response> StoreBase::Call(const std::string& what,
   std::string last;
   for (int attempt = 0;; ++attempt) {
     requests_.fetch_add(1);
-    Result<http::Response> r = client_.Send(build());
-    if (r.ok() && !IsRetryableStatus(r->status)) return r;
+    Result<http::Response> r = client_.Send(build(), deadline);
+    // S3's 400 RequestTimeout: the server gave up waiting for our body; safe to send again.
+    const bool retryable = !r.ok() || IsRetryableStatus(r->status) ||
+                           (r->status == 400 && XmlField(r->body, "Code") == "RequestTimeout");
+    if (!retryable) return r;
     last = r.ok() ? "HTTP " + std::to_string(r->status) + " " +
                         (XmlField(r->body, "Code").empty() ? Snippet(r->body)
                                                            : XmlField(r->body, "Code"))

@@ -152,7 +152,8 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
   auto store = MustOpenS3(srv, "faulty", srv.Settings());
   REQUIRE(store->EnsureBucket(true).ok());
   const std::string data = RandomBytes(100000, 7);
-  for (std::string kind : {"500", "503", "429", "drop", "truncate", "bad_length", "non_xml"}) {
+  for (std::string kind :
+       {"500", "503", "429", "drop", "truncate", "bad_length", "non_xml", "request_timeout"}) {
     CAPTURE(kind);
     // A PUT answer has no body to cut short: truncation faults only apply to GETs.
     const bool body_fault = kind == "truncate" || kind == "bad_length";
@@ -178,6 +179,17 @@ TEST_CASE("s3 store: retries on server errors and broken connections") {
     REQUIRE(quick->Get("obj", 5, 10, back.data()).ok());
     CHECK(back == data.substr(5, 10));
     CHECK(quick->Stats().retries == 1);
+  }
+  SUBCASE("a server trickling its answer cannot hold a call past the retry budget") {
+    // 400 bytes at a byte every 0.2 s is 80 s; each byte comes well within the 1 s timeout of
+    // one receive, so only the budget of the whole call can stop it.
+    auto bounded = MustOpenS3(srv, "faulty", srv.Settings(), FastRetries(1500, 1000));
+    srv.proc->Fault("trickle", 100, "GET", 0.2);
+    std::string back(400, '\0');
+    Status s = bounded->Get("obj", 0, back.size(), back.data());
+    CHECK(s.code() == Code::kIoError);
+    CHECK_MESSAGE(s.message().find("gave up") != std::string::npos, s.ToString());
+    REQUIRE(srv.proc->Admin("POST", "/_admin/clear_faults").ok());
   }
   SUBCASE("the retry budget bounds the total time") {
     auto bounded = MustOpenS3(srv, "faulty", srv.Settings(), FastRetries(300));

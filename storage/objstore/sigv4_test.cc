@@ -107,4 +107,17 @@ TEST_CASE("http: endpoints") {
   CHECK_FALSE(http::ParseEndpoint("http://x:abc").ok());
   CHECK_FALSE(http::ParseEndpoint("http://x/path").ok());
   CHECK_FALSE(http::ParseEndpoint("http://").ok());
+  CHECK_FALSE(http::ParseEndpoint("http://x:").ok());
+  // IPv6 literals go in brackets; the Host header keeps them.
+  auto v6 = http::ParseEndpoint("http://[::1]:9000");
+  REQUIRE(v6.ok());
+  CHECK(v6->host == "::1");
+  CHECK(v6->port == 9000);
+  CHECK(v6->HostHeader() == "[::1]:9000");
+  CHECK(http::ParseEndpoint("https://[fd00::5]")->port == 443);
+  CHECK(http::ParseEndpoint("https://[fd00::5]")->HostHeader() == "[fd00::5]");
+  CHECK_FALSE(http::ParseEndpoint("http://::1:9000").ok());
+  CHECK_FALSE(http::ParseEndpoint("http://[::1").ok());
+  CHECK_FALSE(http::ParseEndpoint("http://[::1]x").ok());
+  CHECK_FALSE(http::ParseEndpoint("http://[]:80").ok());
 }

@@ -152,7 +152,8 @@ inline std::unique_ptr<ServerProcess> StartS3Standin(const TempDir& dir,
                                                      const std::string& session_token = "") {
   std::vector<std::string> argv = {"python3", SourceDir() + "/tests/objstore/s3_server.py",
                                    "--port", "0", "--port-file", dir.File("s3.port"),
-                                   "--access-key", kTestAccessKey, "--secret-key", kTestSecretKey};
+                                   "--access-key", kTestAccessKey, "--secret-key", kTestSecretKey,
+                                   "--require-content-md5"};
   if (!session_token.empty()) {
     argv.push_back("--session-token");
     argv.push_back(session_token);
@@ -163,7 +164,8 @@ inline std::unique_ptr<ServerProcess> StartS3Standin(const TempDir& dir,
 inline std::unique_ptr<ServerProcess> StartGcsStandin(const TempDir& dir) {
   return std::make_unique<ServerProcess>(
       std::vector<std::string>{"python3", SourceDir() + "/tests/objstore/gcs_server.py", "--port",
-                               "0", "--port-file", dir.File("gcs.port"), "--token", kTestGcsToken},
+                               "0", "--port-file", dir.File("gcs.port"), "--token", kTestGcsToken,
+                               "--require-md5"},
       dir.File("gcs.port"));
 }
 

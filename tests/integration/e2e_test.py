@@ -254,7 +254,7 @@ class Env:
         self.s3 = subprocess.Popen(
             [sys.executable, os.path.join(SRC_DIR, "tests", "objstore", "s3_server.py"),
              "--port", "0", "--port-file", port_file, "--access-key", S3_KEY,
-             "--secret-key", S3_SECRET],
+             "--secret-key", S3_SECRET, "--require-content-md5"],
             stdin=subprocess.DEVNULL, stdout=open(self.logs("s3_server") + ".stdout", "ab"),
             stderr=open(self.logs("s3_server") + ".stderr", "ab"))
 

@@ -81,6 +81,9 @@ class GcsHandler(StandinHandler):
         if params.get("uploadType") != "media" or not params.get("name"):
             return self.fail(400, "invalid", "only uploadType=media with a name is supported")
         key = params["name"]
+        if self.server.require_md5 and "md5=" not in (self.headers.get("x-goog-hash") or ""):
+            return self.fail(400, "required", "this server requires an md5 in x-goog-hash "
+                             "(--require-md5)")
         for part in (self.headers.get("x-goog-hash") or "").split(","):
             algo, _, value = part.strip().partition("=")
             if algo == "md5" and value != base64.b64encode(hashlib.md5(body).digest()).decode():
@@ -131,9 +134,12 @@ class GcsHandler(StandinHandler):
 def main():
     p = common_args(__doc__.splitlines()[0])
     p.add_argument("--token", required=True, help="the accepted OAuth2 bearer token")
+    p.add_argument("--require-md5", action="store_true",
+                   help="refuse uploads without an md5 in x-goog-hash (CLIO always sends it)")
     args = p.parse_args()
     server = StandinServer(args.port, GcsHandler, args.verbose)
     server.token = args.token
+    server.require_md5 = args.require_md5
     serve(server, args.port_file)
 
 

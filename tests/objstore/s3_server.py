@@ -37,7 +37,7 @@ class S3Handler(StandinHandler):
     def handle_api(self, method, body):
         srv = self.server
         try:
-            sigv4.verify(method, self.path, self.headers, body, srv.secrets)
+            sigv4.verify(method, self.path, self.headers, body, srv.secrets, srv.region)
         except sigv4.AuthError as e:
             with srv.stats.lock:
                 srv.stats.auth_failures += 1
@@ -129,6 +129,9 @@ class S3Handler(StandinHandler):
                 return self.fail(404, "NoSuchBucket", "the specified bucket does not exist",
                                  bucket)
             if method == "PUT":
+                if srv.require_md5 and self.headers.get("Content-MD5") is None:
+                    return self.fail(400, "InvalidRequest", "this server requires Content-MD5 "
+                                     "on uploads (--require-content-md5)", key)
                 objects[key] = bytes(body)
                 return self.answer(200, headers={"ETag": f'"{hashlib.md5(body).hexdigest()}"'})
             if method == "DELETE":
@@ -159,12 +162,17 @@ def main():
     p.add_argument("--secret-key", action="append", required=True,
                    help="the secret of the access key in the same position")
     p.add_argument("--session-token", help="require this x-amz-security-token on every request")
+    p.add_argument("--region", default="us-east-1", help="the region signatures must be scoped to")
+    p.add_argument("--require-content-md5", action="store_true",
+                   help="refuse PutObject without Content-MD5 (CLIO always sends it)")
     args = p.parse_args()
     if len(args.access_key) != len(args.secret_key):
         p.error("give one --secret-key per --access-key")
     server = StandinServer(args.port, S3Handler, args.verbose)
     server.secrets = dict(zip(args.access_key, args.secret_key))
     server.session_token = args.session_token
+    server.region = args.region
+    server.require_md5 = args.require_content_md5
     serve(server, args.port_file)
 
 

@@ -57,11 +57,12 @@ def signing_key(secret, date, region, service):
     return k
 
 
-def verify(method, raw_target, headers, body, secrets, now=None):
+def verify(method, raw_target, headers, body, secrets, region="us-east-1", now=None):
     """Checks the Authorization header of a request.
 
     headers: a case-insensitive mapping (email.message.Message or dict with lower-case keys)
     secrets: {access_key: secret_key}
+    region: the region this server is in; the credential scope must name it and service s3
     Returns the access key on success, raises AuthError otherwise."""
     auth = headers.get("Authorization")
     if not auth:
@@ -70,7 +71,11 @@ def verify(method, raw_target, headers, body, secrets, now=None):
     if not m:
         raise AuthError("AuthorizationHeaderMalformed", f"cannot parse Authorization: {auth}",
                         400)
-    access_key, date, region, service, signed, signature = m.groups()
+    access_key, date, scope_region, service, signed, signature = m.groups()
+    if scope_region != region or service != "s3":
+        raise AuthError("AuthorizationHeaderMalformed",
+                        f"the credential scope names {scope_region}/{service}; this is "
+                        f"{region}/s3", 400)
     if access_key not in secrets:
         raise AuthError("InvalidAccessKeyId",
                         f"the access key '{access_key}' does not exist in our records")
@@ -103,7 +108,10 @@ def verify(method, raw_target, headers, body, secrets, now=None):
         if value is None:
             raise AuthError("SignatureDoesNotMatch", f"signed header '{name}' is missing")
         canonical_headers += f"{name}:{_header_value(value)}\n"
+    # The canonical URI is the path as S3 sees it (decoded), encoded again: a client that sent
+    # a character unencoded that S3 would encode has signed something else.
     path, _, query = raw_target.partition("?")
+    path = _encode(urllib.parse.unquote(path), True)
     canonical_request = "\n".join([method, path, canonical_query(query), canonical_headers,
                                    signed, payload])
     scope = f"{date}/{region}/{service}/aws4_request"

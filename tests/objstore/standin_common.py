@@ -19,6 +19,8 @@ Fault kinds (each consumes one queued count on a matching request, before authen
   slow                the answer is held back delay_s seconds (the client should time out)
   wide_range          a ranged GET is answered 206 with the whole object and its Content-Range
                       (as s3rver does for "bytes=0-0"; a correct client takes its part)
+  request_timeout     HTTP 400 with code RequestTimeout (S3: the body came too slowly)
+  trickle             a GET's body is sent one byte every delay_s seconds
 Only the Python standard library is used.
 """
 
@@ -33,7 +35,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULT_KINDS = {"500", "503", "429", "403", "non_xml", "drop", "truncate", "bad_length", "slow",
-               "wide_range"}
+               "wide_range", "request_timeout", "trickle"}
 
 
 class Faults:
@@ -183,6 +185,18 @@ class StandinHandler(BaseHTTPRequestHandler):
         if kind == "wide_range":
             self._wide = True
             return False
+        if kind == "trickle":
+            if self.command != "GET":
+                return False
+            self._cut = "trickle"
+            self._trickle_s = fault["delay_s"] or 0.2
+            return False
+        if kind == "request_timeout":
+            ctype, body = self.error_body(400, "RequestTimeout",
+                                          "your socket connection to the server was not read "
+                                          "from or written to within the timeout period")
+            self.answer(400, body, content_type=ctype)
+            return True
         if kind in ("truncate", "bad_length"):
             if self.command != "GET":
                 return False  # nothing to cut short: answer normally
@@ -213,6 +227,18 @@ class StandinHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
+        if cut == "trickle":
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(self._trickle_s)
+            except OSError:
+                self.close_connection = True  # the client gave up
+            return
         declared = len(data) if cut == "truncate" else len(data) + 100
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(declared))

@@ -48,6 +48,7 @@ def start(script, args, tmp):
 class Conn:
     def __init__(self, port):
         self.port = port
+        self.region = "us-east-1"
         self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
 
     def raw(self, method, target, body=b"", headers=None):
@@ -65,7 +66,7 @@ class Conn:
         path, _, query = path.partition("?")  # the query comes already encoded
         url = f"http://127.0.0.1:{self.port}{quote(path, safe='/~')}" + (f"?{query}" if query else "")
         req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
-        S3SigV4Auth(Credentials(*creds), "s3", "us-east-1").add_auth(req)
+        S3SigV4Auth(Credentials(*creds), "s3", self.region).add_auth(req)
         hdrs = dict(req.headers.items())
         if tamper:
             tamper(hdrs)
@@ -171,6 +172,31 @@ def s3_checks(tmp):
     finally:
         proc.terminate()
         proc.wait(10)
+    # Strict mode, as CLIO's tests run it: checksums required, the region pinned.
+    proc, port = start("s3_server.py", ["--access-key", KEY, "--secret-key", SECRET,
+                                        "--require-content-md5", "--region", "eu-west-3"], tmp)
+    try:
+        c = Conn(port)
+        st, _, body = c.s3("PUT", "/strict")
+        check(st == 400 and code_of(body) == "AuthorizationHeaderMalformed",
+              "a signature scoped to another region")
+        c.region = "eu-west-3"
+        check(c.s3("PUT", "/strict")[0] == 200, "CreateBucket in the server's region")
+        st, _, body = c.s3("PUT", "/strict/k", b"v")
+        check(st == 400 and code_of(body) == "InvalidRequest", "PutObject without Content-MD5")
+        md5 = base64.b64encode(hashlib.md5(b"v").digest()).decode()
+        check(c.s3("PUT", "/strict/k", b"v", {"Content-MD5": md5})[0] == 200,
+              "PutObject with Content-MD5")
+        # A path character S3 would encode, sent raw: the client signed another path.
+        url_path = "/strict/a+b"
+        req = AWSRequest(method="GET", url=f"http://127.0.0.1:{port}{url_path}")
+        S3SigV4Auth(Credentials(KEY, SECRET), "s3", "eu-west-3").add_auth(req)
+        st, _, body = c.raw("GET", url_path, b"", dict(req.headers.items()))
+        check(st == 403 and code_of(body) == "SignatureDoesNotMatch",
+              "a path signed as sent, unencoded")
+    finally:
+        proc.terminate()
+        proc.wait(10)
     # Session tokens.
     proc, port = start("s3_server.py", ["--access-key", KEY, "--secret-key", SECRET,
                                         "--session-token", TOKEN], tmp)
@@ -208,6 +234,9 @@ def gcs_checks(tmp):
                               headers={**auth, "Range": "bytes=100-199"})
         check(st == 206 and body == data[100:200], "gcs: ranged download")
         check(c.raw("DELETE", "/storage/v1/b/gb/o/p%2Fo", headers=auth)[0] == 204, "gcs: delete")
+        st, _, _ = c.raw("POST", "/upload/storage/v1/b/gb/o?uploadType=media&name=nomd5", b"zz",
+                         auth)
+        check(st == 200, "gcs: upload without md5 accepted unless --require-md5")
         check(c.raw("GET", "/storage/v1/b/gb/o/p%2Fo?alt=media", headers=auth)[0] == 404,
               "gcs: deleted object is 404")
     finally:
