@@ -120,7 +120,13 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       CLIO_RETURN_IF_ERROR(done("release/flush/fsync"));
       switch (static_cast<FsMethod>(method)) {
         case FsMethod::kRelease: return Empty(ns_->Release(ino));
-        case FsMethod::kFlush: return Empty(ns_->Flush(ino));
+        case FsMethod::kFlush: {
+          bool clean = false;
+          CLIO_RETURN_IF_ERROR(ns_->Flush(ino, &clean));
+          Encoder e;
+          e.Put<uint8_t>(clean ? 1 : 0);
+          return e.Take();
+        }
         default: return Empty(ns_->Fsync(ino));
       }
     case FsMethod::kRead:

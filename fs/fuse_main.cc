@@ -5,6 +5,7 @@
 #define FUSE_USE_VERSION 34
 
 #include <fuse3/fuse_lowlevel.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <memory>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -91,10 +93,45 @@ class AbsentXattrCache {
   std::unordered_map<uint64_t, uint8_t> absent_ GUARDED_BY(mu_);
 };
 
+// Files known to have nothing left to flush: a close (FLUSH) of one has no write-back error
+// to report, so it is answered here without a runtime round trip. A file enters when it is
+// created, or when the runtime answers a FLUSH with "clean"; any operation that may change
+// its bytes removes it. An epoch bumped by each such change keeps a FLUSH answer that raced
+// with one from being remembered. Empty after a restart of clio-fuse: every file is asked.
+class KnownCleanFiles {
+ public:
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return clean_.count(ino) != 0;
+  }
+  uint64_t epoch() {
+    MutexLock l(&mu_);
+    return epoch_;
+  }
+  void MarkClean(uint64_t ino, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (clean_.size() >= kMaxEntries) clean_.clear();  // a bound, not an eviction policy
+    clean_.insert(ino);
+  }
+  void Changing(uint64_t ino) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    clean_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 20;
+  Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_set<uint64_t> clean_ GUARDED_BY(mu_);
+};
+
 struct FuseState {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
   AbsentXattrCache absent_xattrs;
+  KnownCleanFiles clean_files;
 };
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
@@ -201,6 +238,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if (to_set & FUSE_SET_ATTR_MTIME_NOW) r.valid |= kSetMtimeNow;
   else if (to_set & FUSE_SET_ATTR_MTIME)
     r.valid |= kSetMtime, r.mtime_ns = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
+  if (r.valid & kSetSize) State(req)->clean_files.Changing(ino);  // truncation rewrites a chunk
   Encoder e;
   e.Put<uint64_t>(ino);
   EncodeSetAttr(&e, r);
@@ -270,12 +308,15 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   {
     AbsentXattrCache& c = State(req)->absent_xattrs;
     c.MarkAbsent(a.ino, AbsentXattrCache::kAll, c.epoch());
+    KnownCleanFiles& k = State(req)->clean_files;
+    k.MarkClean(a.ino, k.epoch());  // nothing written yet
   }
   // If the caller was interrupted the kernel never sends release: undo the open here.
   if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (fi->flags & O_TRUNC) State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
   auto r = Call(req, FsMethod::kOpen, e);
@@ -293,6 +334,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
+  State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
   auto r = Call(req, FsMethod::kWrite, e);
@@ -308,7 +350,19 @@ void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
   e.Put<uint64_t>(ino);
   ReplyStatus(req, Call(req, m, e));
 }
-void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kFlush, ino); }
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  KnownCleanFiles& known = State(req)->clean_files;
+  if (known.Has(ino)) return (void)fuse_reply_err(req, 0);
+  const uint64_t epoch = known.epoch();
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  auto r = Call(req, FsMethod::kFlush, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint8_t clean = 0;
+  if (d.Get(&clean) && d.Finish("flush").ok() && clean == 1) known.MarkClean(ino, epoch);
+  fuse_reply_err(req, 0);
+}
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kRelease, ino); }
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
 // Directory entries are metadata; fsync of a directory commits the metadata.
@@ -468,6 +522,7 @@ void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, fuse_file_info*) {
   if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(mode)).Put<uint64_t>(static_cast<uint64_t>(offset))
       .Put<uint64_t>(static_cast<uint64_t>(length));

@@ -66,7 +66,9 @@ class Namespace {
   // Data on a persistent tier and metadata durable.
   Status Fsync(uint64_t ino);
   // Reports a background flush failure of this file (close()).
-  Status Flush(uint64_t ino);
+  // close(): a pending write-back error of the file. `clean` (when given) is set when the file
+  // has no bytes left to flush, so no later error can arise from what was written so far.
+  Status Flush(uint64_t ino, bool* clean = nullptr);
   FsStatfs Statfs();
 
   // Extended attributes (ns_xattr.cc). flags: XATTR_CREATE, XATTR_REPLACE.

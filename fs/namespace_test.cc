@@ -20,11 +20,13 @@ using namespace clio;
 namespace {
 
 struct NsFixture {
+  uint32_t flush_ms = 0;
   std::string dir;
   std::unique_ptr<KvStore> kv;
   std::unique_ptr<Cte> cte;
   std::unique_ptr<Namespace> ns;
-  NsFixture() {
+  // flush_interval_ms: the CTE flusher's interval (0: the default).
+  explicit NsFixture(uint32_t flush_interval_ms = 0) : flush_ms(flush_interval_ms) {
     char tmpl[] = "/tmp/clio_ns_XXXXXX";
     dir = mkdtemp(tmpl);
     Open();
@@ -48,6 +50,7 @@ struct NsFixture {
     file.bdev.growth_unit = 8u << 20;
     file.score = 0.2;
     c.tiers = {ram, file};
+    if (flush_ms != 0) c.flush_interval_ms = flush_ms;
     auto ct = Cte::Open(c, kv.get());
     REQUIRE_MESSAGE(ct.ok(), ct.status().ToString());
     cte = std::move(ct).value();
@@ -573,4 +576,19 @@ TEST_CASE("stored bytes count data, not holes, through writes, punches and trunc
   CHECK(f.ns->GetAttr(ino)->stored == 1000);
   f.Restart();
   CHECK(f.ns->GetAttr(ino)->stored == 1000);
+}
+
+TEST_CASE("flush says whether a file has bytes left to flush to a persistent tier") {
+  NsFixture f(/*flush_interval_ms=*/3600000);
+  const uint64_t ino = f.Create(kRootIno, "c");
+  bool clean = false;
+  REQUIRE(f.ns->Flush(ino, &clean).ok());
+  CHECK(clean);  // nothing written
+  // The flusher runs only when asked (an hour's interval): a write lands dirty on RAM.
+  REQUIRE(f.ns->Write(ino, 0, std::string(10000, 'x')).ok());
+  REQUIRE(f.ns->Flush(ino, &clean).ok());
+  CHECK_FALSE(clean);
+  REQUIRE(f.ns->Fsync(ino).ok());
+  REQUIRE(f.ns->Flush(ino, &clean).ok());
+  CHECK(clean);
 }

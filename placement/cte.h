@@ -124,8 +124,9 @@ class Cte {
   Status FlushTag(uint64_t tag);
   // Flushes every dirty blob (clean stop).
   Status FlushAll();
-  // A pending background flush error of this tag, cleared by the call (for close()).
-  Status TakeFlushError(uint64_t tag);
+  // A pending background flush error of this tag, cleared by the call (for close()). When
+  // `dirty` is given it is set to whether the tag still has blobs not yet flushed.
+  Status TakeFlushError(uint64_t tag, bool* dirty = nullptr);
 
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).

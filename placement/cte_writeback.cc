@@ -152,8 +152,12 @@ Status Cte::FlushTag(uint64_t tag) {
   return first;
 }
 
-Status Cte::TakeFlushError(uint64_t tag) {
+Status Cte::TakeFlushError(uint64_t tag, bool* dirty) {
   MutexLock d(&dirty_mu_);
+  if (dirty != nullptr) {
+    auto first = dirty_.lower_bound({tag, 0});
+    *dirty = first != dirty_.end() && first->first == tag;
+  }
   for (auto it = flush_errors_.begin(); it != flush_errors_.end(); ++it) {
     if (it->first == tag) {
       Status s = it->second;
