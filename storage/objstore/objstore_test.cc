@@ -139,6 +139,30 @@ TEST_CASE("s3 store: credentials") {
   }
 }
 
+TEST_CASE("s3 store: a bucket in another region is named in the error") {
+  if (UseS3rver()) return;  // s3rver has no regions
+  TempDir dir;
+  auto srv = StartS3Standin(dir, "", {"--region", "eu-west-3"});
+  REQUIRE(srv->running());
+  S3Settings s;
+  s.access_key = kTestAccessKey;
+  s.secret_key = kTestSecretKey;
+  s.endpoint = srv->url();
+  s.allow_bucket_create = true;  // region us-east-1: the signature is scoped to it
+  auto loc = ParseObjectLocation("elsewhere", "s3");
+  REQUIRE(loc.ok());
+  auto store = OpenS3Store(*loc, s, FastRetries());
+  REQUIRE(store.ok());
+  Status e = (*store)->EnsureBucket(true);
+  CHECK_FALSE(e.ok());
+  CHECK_MESSAGE(e.message().find("region eu-west-3") != std::string::npos, e.ToString());
+  CHECK(e.message().find("AWS_DEFAULT_REGION") != std::string::npos);
+  s.region = "eu-west-3";
+  auto right = OpenS3Store(*loc, s, FastRetries());
+  REQUIRE(right.ok());
+  REQUIRE((*right)->EnsureBucket(true).ok());
+}
+
 TEST_CASE("s3 store: session token") {
   if (UseS3rver()) return;  // s3rver ignores session tokens
   S3Server srv("session-token-123");
