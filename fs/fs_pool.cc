@@ -91,8 +91,14 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kRmdir:
       d.Get(&parent); d.GetBytes(&name);
       CLIO_RETURN_IF_ERROR(done("unlink"));
-      return Empty(static_cast<FsMethod>(method) == FsMethod::kUnlink ? ns_->Unlink(parent, name)
-                                                                      : ns_->Rmdir(parent, name));
+      if (static_cast<FsMethod>(method) == FsMethod::kRmdir) return Empty(ns_->Rmdir(parent, name));
+      {
+        uint64_t deleted = 0;
+        CLIO_RETURN_IF_ERROR(ns_->Unlink(parent, name, &deleted));
+        Encoder e;
+        e.Put<uint64_t>(deleted);
+        return e.Take();
+      }
     case FsMethod::kRename:
       d.Get(&parent); d.GetBytes(&name); d.Get(&new_parent); d.GetBytes(&new_name); d.Get(&flags);
       CLIO_RETURN_IF_ERROR(done("rename"));

@@ -127,11 +127,39 @@ class KnownCleanFiles {
   std::unordered_set<uint64_t> clean_ GUARDED_BY(mu_);
 };
 
+// Inodes whose last name this mount removed while nobody had them open: they are gone in the
+// runtime. The kernel still sends a SETATTR of their times (writeback-cache mode keeps c/mtime
+// in the kernel and writes them back when it evicts the inode, inside the unlink call); that
+// is answered here (ENOENT, which eviction ignores) instead of costing a round trip.
+// Inode numbers are never reused, so an entry cannot name a newer file; FORGET removes it.
+class DeletedInodes {
+ public:
+  void Add(uint64_t ino) {
+    MutexLock l(&mu_);
+    if (inos_.size() >= kMaxEntries) inos_.clear();  // a bound, not an eviction policy
+    inos_.insert(ino);
+  }
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return inos_.count(ino) != 0;
+  }
+  void Forget(uint64_t ino) {
+    MutexLock l(&mu_);
+    inos_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 16;
+  Mutex mu_;
+  std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
+};
+
 struct FuseState {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
   AbsentXattrCache absent_xattrs;
   KnownCleanFiles clean_files;
+  DeletedInodes deleted;
 };
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
@@ -218,7 +246,10 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 // Inode numbers are stable ids kept by the runtime; the kernel's lookup counts need no
 // bookkeeping here because nothing is cached per inode in this process.
-void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t) {
+  State(req)->deleted.Forget(ino);
+  fuse_reply_none(req);
+}
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Encoder e;
@@ -227,6 +258,11 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 }
 
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  constexpr int kTimesOnly = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+                             FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+  if ((to_set & ~kTimesOnly) == 0 && State(req)->deleted.Has(ino)) {
+    return (void)fuse_reply_err(req, ENOENT);
+  }
   SetAttrRequest r;
   if (to_set & FUSE_SET_ATTR_MODE) r.valid |= kSetMode, r.mode = attr->st_mode;
   if (to_set & FUSE_SET_ATTR_UID) r.valid |= kSetUid, r.uid = attr->st_uid;
@@ -277,7 +313,16 @@ void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name)
   e.Put<uint64_t>(parent).PutBytes(name);
   ReplyStatus(req, Call(req, m, e));
 }
-void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kUnlink, parent, name); }
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  auto r = Call(req, FsMethod::kUnlink, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint64_t gone = 0;
+  if (d.Get(&gone) && d.Finish("unlink").ok() && gone != 0) State(req)->deleted.Add(gone);
+  fuse_reply_err(req, 0);
+}
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kRmdir, parent, name); }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,

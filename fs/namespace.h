@@ -48,7 +48,9 @@ class Namespace {
                           uint32_t uid, uint32_t gid);
   // A new name for a non-directory inode; NotPermitted for directories.
   Result<InodeAttr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
-  Status Unlink(uint64_t parent, std::string_view name);
+  // Removes a name of a non-directory. `deleted_ino` (when given) is set to the inode's number
+  // when that was its last name and no one has it open (the inode is gone), else 0.
+  Status Unlink(uint64_t parent, std::string_view name, uint64_t* deleted_ino = nullptr);
   Status Rmdir(uint64_t parent, std::string_view name);
   // flags: RENAME_NOREPLACE, RENAME_EXCHANGE (atomically swaps two existing names).
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,

@@ -592,3 +592,20 @@ TEST_CASE("flush says whether a file has bytes left to flush to a persistent tie
   REQUIRE(f.ns->Flush(ino, &clean).ok());
   CHECK(clean);
 }
+
+TEST_CASE("unlink says when the inode is gone: last name and not open") {
+  NsFixture f;
+  const uint64_t a = f.Create(kRootIno, "a");
+  REQUIRE(f.ns->Link(a, kRootIno, "a2").ok());
+  uint64_t gone = 99;
+  REQUIRE(f.ns->Unlink(kRootIno, "a", &gone).ok());
+  CHECK(gone == 0);  // another name remains
+  REQUIRE(f.ns->Open(a, false).ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "a2", &gone).ok());
+  CHECK(gone == 0);  // still open
+  REQUIRE(f.ns->Release(a).ok());
+  const uint64_t b = f.Create(kRootIno, "b");
+  REQUIRE(f.ns->Unlink(kRootIno, "b", &gone).ok());
+  CHECK(gone == b);
+  CHECK(f.ns->GetAttr(b).status().code() == Code::kNotFound);
+}

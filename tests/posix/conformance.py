@@ -1165,6 +1165,9 @@ def g_unlink(t):
             os.pwrite(fd, b"more", len(payload))
             eq(os.fstat(fd).st_size, len(payload) + 4, "size after writing to an unlinked file")
             eq(os.pread(fd, 4, len(payload)), b"more", "read back a write made after unlink")
+            # times of an unlinked but open file can still be set
+            os.utime(fd, ns=(1_000_000_000, 2_000_000_000))
+            eq(os.fstat(fd).st_mtime_ns, 2_000_000_000, "futimens on an unlinked open file")
             # the name can be reused while the old file is open
             write_file(f, b"new file")
             eq(read_file(f), b"new file", "new file under a reused name")
