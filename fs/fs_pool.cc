@@ -76,9 +76,18 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kMkdir:
       d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("create"));
-      return AttrReply(static_cast<FsMethod>(method) == FsMethod::kCreate
-                           ? ns_->Create(parent, name, mode, uid, gid)
-                           : ns_->Mkdir(parent, name, mode, uid, gid));
+      if (static_cast<FsMethod>(method) == FsMethod::kMkdir) {
+        return AttrReply(ns_->Mkdir(parent, name, mode, uid, gid));
+      }
+      {
+        // The new file's attributes, then the directory's as the create left them.
+        InodeAttr dir;
+        CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->Create(parent, name, mode, uid, gid, &dir));
+        Encoder e;
+        EncodeAttr(&e, a);
+        EncodeAttr(&e, dir);
+        return e.Take();
+      }
     case FsMethod::kSymlink:
       d.Get(&parent); d.GetBytes(&name); d.GetBytes(&data); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("symlink"));
@@ -94,9 +103,11 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       if (static_cast<FsMethod>(method) == FsMethod::kRmdir) return Empty(ns_->Rmdir(parent, name));
       {
         uint64_t deleted = 0;
-        CLIO_RETURN_IF_ERROR(ns_->Unlink(parent, name, &deleted));
+        InodeAttr dir;
+        CLIO_RETURN_IF_ERROR(ns_->Unlink(parent, name, &deleted, &dir));
         Encoder e;
         e.Put<uint64_t>(deleted);
+        EncodeAttr(&e, dir);
         return e.Take();
       }
     case FsMethod::kRename:

@@ -154,12 +154,54 @@ class DeletedInodes {
   std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
 };
 
+// Directory attributes the runtime returned with a change this mount made (create, unlink).
+// The kernel drops a directory's cached attributes after such a change and asks for them
+// again before the next lookup in it; that GETATTR is answered from here, once. Any other
+// operation that may change the directory removes its entry first, and an epoch keeps an
+// answer that raced with another change from being stored.
+class FreshDirAttrs {
+ public:
+  uint64_t Changing(uint64_t dir) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    attrs_.erase(dir);
+    return epoch_;
+  }
+  void Put(uint64_t dir, const InodeAttr& a, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (attrs_.size() >= kMaxEntries) attrs_.clear();  // a bound, not an eviction policy
+    attrs_[dir] = a;
+  }
+  // A rename may change directories this mount cannot name here (the moved one's ctime).
+  void ChangingAll() {
+    MutexLock l(&mu_);
+    ++epoch_;
+    attrs_.clear();
+  }
+  bool Take(uint64_t dir, InodeAttr* a) {
+    MutexLock l(&mu_);
+    auto it = attrs_.find(dir);
+    if (it == attrs_.end()) return false;
+    *a = it->second;
+    attrs_.erase(it);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1024;
+  Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, InodeAttr> attrs_ GUARDED_BY(mu_);
+};
+
 struct FuseState {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
   AbsentXattrCache absent_xattrs;
   KnownCleanFiles clean_files;
   DeletedInodes deleted;
+  FreshDirAttrs dir_attrs;
 };
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
@@ -252,6 +294,11 @@ void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t) {
 }
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  InodeAttr fresh;
+  if (State(req)->dir_attrs.Take(ino, &fresh)) {
+    struct stat st = ToStat(fresh);
+    return (void)fuse_reply_attr(req, &st, g_timeouts.attr);
+  }
   Encoder e;
   e.Put<uint64_t>(ino);
   ReplyAttr(req, Call(req, FsMethod::kGetAttr, e));
@@ -275,6 +322,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   else if (to_set & FUSE_SET_ATTR_MTIME)
     r.valid |= kSetMtime, r.mtime_ns = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
   if (r.valid & kSetSize) State(req)->clean_files.Changing(ino);  // truncation rewrites a chunk
+  State(req)->dir_attrs.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino);
   EncodeSetAttr(&e, r);
@@ -290,6 +338,7 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 }
 
 void MakeNode(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name, mode_t mode) {
+  State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
@@ -302,6 +351,7 @@ void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).PutBytes(link).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
@@ -309,24 +359,32 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 }
 
 void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.ChangingAll();  // rmdir: the parent, and the removed directory
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name);
   ReplyStatus(req, Call(req, m, e));
 }
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  FuseState* st = State(req);
+  const uint64_t epoch = st->dir_attrs.Changing(parent);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name);
   auto r = Call(req, FsMethod::kUnlink, e);
   if (!r.ok()) return ReplyErr(req, r.status());
   Decoder d(*r);
   uint64_t gone = 0;
-  if (d.Get(&gone) && d.Finish("unlink").ok() && gone != 0) State(req)->deleted.Add(gone);
+  InodeAttr dir;
+  if (d.Get(&gone) && DecodeAttr(&d, &dir) && d.Finish("unlink").ok()) {
+    if (gone != 0) st->deleted.Add(gone);
+    st->dir_attrs.Put(parent, dir, epoch);
+  }
   fuse_reply_err(req, 0);
 }
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kRmdir, parent, name); }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
+  State(req)->dir_attrs.ChangingAll();
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
   ReplyStatus(req, Call(req, FsMethod::kRename, e));
@@ -340,13 +398,19 @@ void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
+  const uint64_t epoch = State(req)->dir_attrs.Changing(parent);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
       .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
   auto r = Call(req, FsMethod::kCreate, e);
   if (!r.ok()) return ReplyErr(req, r.status());
-  InodeAttr a;
-  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  InodeAttr a, dir;
+  Decoder d(*r);
+  if (!DecodeAttr(&d, &a) || !DecodeAttr(&d, &dir) || !d.Finish("create").ok()) {
+    ReleaseQuietly(req, a.ino);
+    return (void)fuse_reply_err(req, EIO);
+  }
+  State(req)->dir_attrs.Put(parent, dir, epoch);
   fuse_entry_param ent = ToEntry(a);
   fi->keep_cache = 1;
   // A new file has no attributes (an inherited default ACL arrives by setxattr, through us).
@@ -512,12 +576,15 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  State(req)->dir_attrs.Changing(newparent);
+  State(req)->dir_attrs.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint64_t>(newparent).PutBytes(newname);
   ReplyEntry(req, Call(req, FsMethod::kLink, e));
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777))
@@ -526,6 +593,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  State(req)->dir_attrs.Changing(ino);
   if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
@@ -559,6 +627,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  State(req)->dir_attrs.Changing(ino);
   if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name);
