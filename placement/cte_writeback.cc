@@ -53,7 +53,8 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
   for (Tier& t : tiers_) {
     if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
-    auto a = t.bdev->Allocate(size);
+    uint64_t spent = 0;  // the blob's reservation, spent by this allocation
+    auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
     if (!a.ok()) {
       last = a.status().WithContext("flushing to tier '" + t.name + "'");
       if (a.status().code() == Code::kNoSpace) continue;
@@ -69,6 +70,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
       Status w = t.bdev->Write(p.extents, r.begin, std::string_view(buf).substr(r.begin, r.end - r.begin));
       if (!w.ok()) {
         (void)t.bdev->Free(p.extents);
+        reservations_->RestoreBlob(tag, blob, spent);
         return w.WithContext("flushing to tier '" + t.name + "'");
       }
     }
@@ -109,6 +111,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     Status s = kv_->Apply(std::move(batch));
     if (!s.ok()) {
       (void)t.bdev->Free(next.copies.back().extents);
+      reservations_->RestoreBlob(tag, blob, spent);
       return s;
     }
     // Volatile copies die with the process anyway: their room is reusable at once (every
