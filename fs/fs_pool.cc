@@ -113,7 +113,18 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kRename:
       d.Get(&parent); d.GetBytes(&name); d.Get(&new_parent); d.GetBytes(&new_name); d.Get(&flags);
       CLIO_RETURN_IF_ERROR(done("rename"));
-      return Empty(ns_->Rename(parent, name, new_parent, new_name, flags));
+      {
+        // u8 1 and the source and target directories' attributes when the rename changed them.
+        std::pair<InodeAttr, InodeAttr> dirs;
+        CLIO_RETURN_IF_ERROR(ns_->Rename(parent, name, new_parent, new_name, flags, &dirs));
+        Encoder e;
+        e.Put<uint8_t>(dirs.first.ino != 0 ? 1 : 0);
+        if (dirs.first.ino != 0) {
+          EncodeAttr(&e, dirs.first);
+          EncodeAttr(&e, dirs.second);
+        }
+        return e.Take();
+      }
     case FsMethod::kReadDir: {
       d.Get(&ino); d.GetBytes(&name); d.Get(&len);
       CLIO_RETURN_IF_ERROR(done("readdir"));

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -154,30 +155,42 @@ class DeletedInodes {
   std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
 };
 
-// Directory attributes the runtime returned with a change this mount made (create, unlink).
-// The kernel drops a directory's cached attributes after such a change and asks for them
-// again before the next lookup in it; that GETATTR is answered from here, once. Any other
-// operation that may change the directory removes its entry first, and an epoch keeps an
-// answer that raced with another change from being stored.
+// Directory attributes the runtime returned with a change this mount made (create, unlink,
+// rename). The kernel drops a directory's cached attributes after such a change and asks for
+// them again before the next lookup in it; that GETATTR is answered from here, once. Any other
+// operation that may change a directory removes its entry first. Change counters (per hashed
+// inode, plus one for changes that clear everything) keep a reply that raced with another
+// change of the same directory from being stored; a change of another inode (the kernel's
+// asynchronous time write-back of a file) does not disturb it.
 class FreshDirAttrs {
  public:
-  uint64_t Changing(uint64_t dir) {
+  struct Stamp {
+    uint64_t all = 0;
+    uint64_t ino = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  // Before an operation that changes `ino`; the stamp to store its reply with.
+  Stamp Changing(uint64_t ino) {
     MutexLock l(&mu_);
-    ++epoch_;
-    attrs_.erase(dir);
-    return epoch_;
+    ++counters_[Bucket(ino)];
+    attrs_.erase(ino);
+    return StampLocked(ino);
   }
-  void Put(uint64_t dir, const InodeAttr& a, uint64_t epoch) {
-    MutexLock l(&mu_);
-    if (epoch != epoch_) return;
-    if (attrs_.size() >= kMaxEntries) attrs_.clear();  // a bound, not an eviction policy
-    attrs_[dir] = a;
-  }
-  // A rename may change directories this mount cannot name here (the moved one's ctime).
+  // Before an operation that may change directories not named here (rename, rmdir).
   void ChangingAll() {
     MutexLock l(&mu_);
-    ++epoch_;
+    ++all_;
     attrs_.clear();
+  }
+  Stamp Current(uint64_t ino) {
+    MutexLock l(&mu_);
+    return StampLocked(ino);
+  }
+  void Put(uint64_t dir, const InodeAttr& a, const Stamp& stamp) {
+    MutexLock l(&mu_);
+    if (!(StampLocked(dir) == stamp)) return;
+    if (attrs_.size() >= kMaxEntries) attrs_.clear();  // a bound, not an eviction policy
+    attrs_[dir] = a;
   }
   bool Take(uint64_t dir, InodeAttr* a) {
     MutexLock l(&mu_);
@@ -190,8 +203,13 @@ class FreshDirAttrs {
 
  private:
   static constexpr size_t kMaxEntries = 1024;
+  static constexpr size_t kBuckets = 1024;
+  static size_t Bucket(uint64_t ino) { return (ino * 0x9E3779B97F4A7C15ull) >> 54; }
+  Stamp StampLocked(uint64_t ino) REQUIRES(mu_) { return {all_, counters_[Bucket(ino)]}; }
+
   Mutex mu_;
-  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  uint64_t all_ GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, kBuckets> counters_ GUARDED_BY(mu_){};
   std::unordered_map<uint64_t, InodeAttr> attrs_ GUARDED_BY(mu_);
 };
 
@@ -366,7 +384,7 @@ void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name)
 }
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   FuseState* st = State(req);
-  const uint64_t epoch = st->dir_attrs.Changing(parent);
+  const FreshDirAttrs::Stamp stamp = st->dir_attrs.Changing(parent);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name);
   auto r = Call(req, FsMethod::kUnlink, e);
@@ -376,7 +394,7 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   InodeAttr dir;
   if (d.Get(&gone) && DecodeAttr(&d, &dir) && d.Finish("unlink").ok()) {
     if (gone != 0) st->deleted.Add(gone);
-    st->dir_attrs.Put(parent, dir, epoch);
+    st->dir_attrs.Put(parent, dir, stamp);
   }
   fuse_reply_err(req, 0);
 }
@@ -384,10 +402,22 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(r
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
-  State(req)->dir_attrs.ChangingAll();
+  FreshDirAttrs& fresh = State(req)->dir_attrs;
+  fresh.ChangingAll();
+  const FreshDirAttrs::Stamp from_stamp = fresh.Current(parent), to_stamp = fresh.Current(newparent);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
-  ReplyStatus(req, Call(req, FsMethod::kRename, e));
+  auto r = Call(req, FsMethod::kRename, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint8_t has = 0;
+  InodeAttr from, to;
+  if (d.Get(&has) && has == 1 && DecodeAttr(&d, &from) && DecodeAttr(&d, &to) &&
+      d.Finish("rename").ok()) {
+    if (from.ino == parent) fresh.Put(parent, from, from_stamp);
+    if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
+  }
+  fuse_reply_err(req, 0);
 }
 
 void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
@@ -398,7 +428,7 @@ void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  const uint64_t epoch = State(req)->dir_attrs.Changing(parent);
+  const FreshDirAttrs::Stamp stamp = State(req)->dir_attrs.Changing(parent);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
       .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
@@ -410,7 +440,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
     ReleaseQuietly(req, a.ino);
     return (void)fuse_reply_err(req, EIO);
   }
-  State(req)->dir_attrs.Put(parent, dir, epoch);
+  State(req)->dir_attrs.Put(parent, dir, stamp);
   fuse_entry_param ent = ToEntry(a);
   fi->keep_cache = 1;
   // A new file has no attributes (an inherited default ACL arrives by setxattr, through us).

@@ -116,7 +116,8 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
 }
 
 Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                         std::string_view new_name, uint32_t flags) {
+                         std::string_view new_name, uint32_t flags,
+                         std::pair<InodeAttr, InodeAttr>* dirs) {
   if (flags & ~static_cast<uint32_t>(RENAME_NOREPLACE | RENAME_EXCHANGE)) return InvalidArgument("unknown rename flags");
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return InvalidArgument("NOREPLACE with EXCHANGE");
   CLIO_RETURN_IF_ERROR(ValidateName(new_name));
@@ -190,6 +191,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
       b.Put(InodeKey(new_parent), EncodeInode(dst_dir, {}));
     }
     CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+    if (dirs != nullptr) *dirs = {src_dir, dst_dir};
   }
   return drop_data ? DeleteFileData(drop_data) : Status::Ok();
 }
