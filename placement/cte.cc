@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -107,7 +108,11 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
     else
       persistent.push_back(t.bdev.get());
   }
-  cte->reservations_ = std::make_unique<FlushReservations>(persistent);
+  cte->reservations_ = std::make_unique<FlushReservations>(
+      persistent, [c = cte.get()](const Bdev& b, const BdevStats&) {
+        Tier* t = c->TierById(b.tier_id());
+        return t && AcceptsPersistent(*t);
+      });
   {
     MutexLock l(&cte->lifetime_->mu);
     cte->lifetime_->persistent = persistent;
@@ -213,6 +218,28 @@ Cte::Tier* Cte::TierById(uint64_t id) {
   return nullptr;
 }
 
+bool Cte::Accepts(const Tier& t) {
+  if (t.draining->load(std::memory_order_acquire)) return false;
+  const double days = t.bdev->GetStats().lifetime_days;
+  return days >= (t.is_volatile ? kDeadLifespanDays : kDyingLifespanDays);
+}
+
+std::string Cte::Refusal(const Tier& t) {
+  if (t.draining->load()) return "tier '" + t.name + "' is draining";
+  return "tier '" + t.name + "' is dying (lifespan " + std::to_string(t.bdev->GetStats().lifetime_days) +
+         " days)";
+}
+
+Status Cte::SetLifespan(uint64_t tier_id, double days) {
+  if (!std::isfinite(days) || days < 0)
+    return InvalidArgument("lifespan must be a finite number of days >= 0, not " + std::to_string(days));
+  Tier* t = TierById(tier_id);
+  if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
+  t->bdev->SetLifespan(days);
+  CLIO_LOG_INFO("tier '{}': lifespan set to {} days", t->name, days);
+  return Status::Ok();
+}
+
 Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(BlobKey(tag, blob)));
   if (!v) return BlobEntry{};
@@ -262,7 +289,11 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   for (size_t ti = 0; ti < tiers_.size(); ++ti) {
     Tier& t = tiers_[ti];
     if (skip[ti]) continue;
-    if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
+    if (!Accepts(t)) {  // dying or draining: place elsewhere
+      if (last.code() == Code::kNoSpace) last = NoSpace("no tier can take " + std::to_string(data.size()) +
+                                                        " bytes; " + Refusal(t));
+      continue;
+    }
     const uint64_t tid = t.bdev->tier_id();
     const bool in_place = !e.copies.empty() && e.copies.front().tier_id == tid;
     ExtentList added;

@@ -12,6 +12,12 @@
 // volatile tier holds at most dirty_limit dirty bytes: a writer past it kicks the flusher and
 // waits for it (at most dirty_wait_ms, then the write is placed on the next tier).
 //
+// Lifespan (SetLifespan, BdevStats.lifetime_days; 999999 = healthy): a tier predicted to die
+// within kDyingLifespanDays takes no new persistent data (no direct writes, no flushed copies,
+// no room counted for flush reservations); one under kDeadLifespanDays (0 when counted in whole
+// days) takes nothing at all. Writes fall through to the next tier; NoSpace only when no tier
+// can take the bytes.
+//
 // Index entries are written only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
 // before a metadata commit, and extents an index change releases are freed only once that
 // change is durable. At Open(), volatile copies are dropped from the index and each persistent
@@ -40,6 +46,11 @@
 #include "storage/kv.h"
 
 namespace clio {
+
+// A persistent tier whose lifespan is under this many days takes no new persistent data.
+inline constexpr double kDyingLifespanDays = 7;
+// A tier whose lifespan is under this many days (0 in whole days) takes no new data at all.
+inline constexpr double kDeadLifespanDays = 1;
 
 struct TierConfig {
   BdevConfig bdev;
@@ -127,6 +138,12 @@ class Cte {
   // A pending background flush error of this tag, cleared by the call (for close()).
   Status TakeFlushError(uint64_t tag);
 
+  // Sets the tier's predicted lifetime in days (finite, >= 0; 999999 = healthy), as the
+  // bdev's SetLifespan task does. Not persisted: a restart starts every tier healthy again.
+  // InvalidArgument for a bad value, NotFound for an unknown tier id. Data already on the tier
+  // stays; Drain() moves it off.
+  Status SetLifespan(uint64_t tier_id, double days);
+
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
@@ -142,6 +159,9 @@ class Cte {
     std::unique_ptr<Bdev> bdev;
     bool is_volatile;
     uint64_t dirty_limit;  // volatile tiers: bytes
+    // Set by Drain(): nothing new is placed here. An atomic so the placement path reads it
+    // without a lock (Tier is moved while tiers_ is built, hence the pointer).
+    std::unique_ptr<std::atomic<bool>> draining = std::make_unique<std::atomic<bool>>(false);
   };
   // What one placement attempt under the stripe lock asks PutBlob to do next.
   enum class PutStep { kDone, kWaitDirty, kEvict };
@@ -161,6 +181,12 @@ class Cte {
   Status Recover();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
   Tier* TierById(uint64_t id);
+  // Whether the tier takes a new copy now: not draining, and a lifespan that allows it
+  // (volatile copies: kDeadLifespanDays; persistent: kDyingLifespanDays). Lock-free.
+  static bool Accepts(const Tier& t);
+  static bool AcceptsPersistent(const Tier& t) { return !t.is_volatile && Accepts(t); }
+  // Why Accepts() is false, for error messages.
+  static std::string Refusal(const Tier& t);
   Result<BlobEntry> LoadEntry(uint64_t tag, uint64_t blob);
   // One try at placing a write, under the blob's stripe lock. `skip`: tiers not to use
   // (dirty wait timed out); `evicted`: tiers whose clean copies were already evicted for it.

@@ -52,7 +52,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   // finds it unless the host filesystem under a file tier filled up meanwhile.
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
   for (Tier& t : tiers_) {
-    if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
+    if (!AcceptsPersistent(t)) continue;
     auto a = t.bdev->Allocate(size);
     if (!a.ok()) {
       last = a.status().WithContext("flushing to tier '" + t.name + "'");
@@ -81,7 +81,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
       BlobCopy& c = e.copies[i];
       Tier* ct = TierById(c.tier_id);
       bool keep = false;
-      if (i == 0 && ct && ct->is_volatile) {
+      if (i == 0 && ct && ct->is_volatile && Accepts(*ct)) {
         BdevStats st = ct->bdev->GetStats();
         keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
       }
