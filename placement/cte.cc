@@ -219,13 +219,13 @@ Cte::Tier* Cte::TierById(uint64_t id) {
 }
 
 bool Cte::Accepts(const Tier& t) {
-  if (t.draining->load(std::memory_order_acquire)) return false;
+  if (t.motion->draining.load(std::memory_order_acquire)) return false;
   const double days = t.bdev->GetStats().lifetime_days;
   return days >= (t.is_volatile ? kDeadLifespanDays : kDyingLifespanDays);
 }
 
 std::string Cte::Refusal(const Tier& t) {
-  if (t.draining->load()) return "tier '" + t.name + "' is draining";
+  if (t.motion->draining.load()) return "tier '" + t.name + "' is draining";
   return "tier '" + t.name + "' is dying (lifespan " + std::to_string(t.bdev->GetStats().lifetime_days) +
          " days)";
 }

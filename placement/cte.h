@@ -88,6 +88,14 @@ struct CopyLocation {
   bool operator==(const CopyLocation&) const = default;
 };
 
+// What Drain() has done to a tier so far (GetDrainProgress).
+struct DrainProgress {
+  bool draining = false;      // marked: nothing new is placed on the tier
+  uint64_t bytes_left = 0;    // bytes still allocated on the tier (BdevStats.used)
+  uint64_t moved_bytes = 0;   // bytes copied off it by drains
+  uint64_t moved_copies = 0;  // copies moved, flushed or dropped off it by drains
+};
+
 struct TierInfo {
   std::string name;
   uint64_t tier_id = 0;
@@ -144,6 +152,23 @@ class Cte {
   // stays; Drain() moves it off.
   Status SetLifespan(uint64_t tier_id, double days);
 
+  // Moves every blob copy off the tier, so that it holds nothing (BdevStats.used == 0) and can
+  // be removed. The tier is marked draining first and stays marked after the call, successful
+  // or not (Undrain() lifts the mark): nothing new is placed on it. Files stay readable and
+  // writable meanwhile: each copy is read and written to its new tier without the blob's lock,
+  // and swapped in under the lock only if the blob's index entry is unchanged (else retried).
+  // Dirty copies are flushed first (to a healthy persistent tier); clean copies on a volatile
+  // tier are dropped (their persistent copy holds the bytes); persistent copies move to the
+  // highest-score persistent tier that takes data and has room. Blocks until done; progress in
+  // GetDrainProgress(). Errors: NotFound (tier id), NoSpace when no other tier can take a
+  // blob (every blob stays intact and readable, the ones moved so far stay moved), Busy when
+  // a blob kept changing or bytes stay allocated that no index entry names, errors of the
+  // tiers and the metadata store. One drain or reorganizer pass runs at a time.
+  Status Drain(uint64_t tier_id);
+  Result<DrainProgress> GetDrainProgress(uint64_t tier_id);
+  // Lifts a drain mark: placement may use the tier again (its lifespan permitting).
+  Status Undrain(uint64_t tier_id);
+
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
@@ -159,9 +184,13 @@ class Cte {
     std::unique_ptr<Bdev> bdev;
     bool is_volatile;
     uint64_t dirty_limit;  // volatile tiers: bytes
-    // Set by Drain(): nothing new is placed here. An atomic so the placement path reads it
-    // without a lock (Tier is moved while tiers_ is built, hence the pointer).
-    std::unique_ptr<std::atomic<bool>> draining = std::make_unique<std::atomic<bool>>(false);
+    // Movement state, read lock-free (Tier is moved while tiers_ is built, hence the pointer).
+    struct Motion {
+      std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here
+      std::atomic<uint64_t> drained_bytes{0};
+      std::atomic<uint64_t> drained_copies{0};
+    };
+    std::unique_ptr<Motion> motion = std::make_unique<Motion>();
   };
   // What one placement attempt under the stripe lock asks PutBlob to do next.
   enum class PutStep { kDone, kWaitDirty, kEvict };
@@ -196,6 +225,21 @@ class Cte {
   // Drops least recently used clean copies of the volatile tier until `bytes` are freed or
   // none is left. Takes each victim's stripe lock: call without holding one.
   void EvictClean(size_t tier, uint64_t bytes);
+  // Drops the blob's clean copies on volatile tier `tier` when the other copies hold every
+  // byte they hold (Internal otherwise: nothing dropped). Returns the bytes freed (0: no clean
+  // copy there). Takes the stripe lock: call without holding one.
+  Result<uint64_t> DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob);
+  // Copies the merged bytes of a blob whose copies are all clean to one new clean copy on
+  // tiers_[target], reading and writing without the stripe lock, then swaps it in under the
+  // lock if the index entry is unchanged (*changed = true otherwise, nothing done). A
+  // persistent target replaces every persistent copy (volatile caches stay unless on
+  // `off_tier`); a volatile target adds a cache copy in front. Returns the bytes copied.
+  // NoSpace when the target has no room (or its room is reserved for flushes).
+  Result<uint64_t> CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uint64_t off_tier,
+                              bool* changed);
+  // Moves every copy of the blob off tiers_[tier] (Drain). Adds the bytes copied to *moved.
+  Status DrainBlob(uint64_t tag, uint64_t blob, size_t tier, uint64_t* moved);
+  size_t TierIndex(const Tier& t) const { return static_cast<size_t>(&t - tiers_.data()); }
   // Wakes the flusher now (a tier reached its dirty limit).
   void KickFlusher();
   // Reads the merged view of a blob; requires the blob's stripe lock.
@@ -223,7 +267,10 @@ class Cte {
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> flush_failures_{0};
 
-  // Lock order: one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
+  // One mover at a time (Drain, ReorganizeOnce); held across a whole drain or pass.
+  Mutex move_mu_;
+
+  // Lock order: move_mu_ -> one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
   // reservations_, dirty_bytes_ and clean_lru_ (leaves). No lock is held while waiting for
   // the dirty limit.
   Mutex dirty_mu_;

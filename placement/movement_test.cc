@@ -170,3 +170,153 @@ TEST_CASE("SetLifespan refuses bad values and unknown tiers") {
   CHECK(f.cte->SetLifespan(12345, 10).code() == Code::kNotFound);
   CHECK(f.Tier("slow").stats.lifetime_days == 999999);
 }
+
+TEST_CASE("drain empties a tier while other threads read and write the same blobs") {
+  Options o;
+  o.with_ram = false;
+  MoveFixture f(o);
+  constexpr uint64_t kBlobs = 16, kSize = 512 * 1024;
+  std::vector<std::string> model(kBlobs);
+  for (uint64_t b = 0; b < kBlobs; ++b) {
+    model[b] = Random(kSize, 100 + static_cast<uint32_t>(b));
+    REQUIRE(f.cte->PutBlob(3, b, 0, model[b]).ok());
+    REQUIRE(f.Where(3, b) == std::vector<uint64_t>{f.Id("fast")});
+  }
+  const uint64_t fast = f.Id("fast");
+  std::atomic<bool> drained{false};
+  std::atomic<uint64_t> ops{0}, mismatches{0}, failures{0};
+  // Each worker owns half the blobs, so its model is exact: it writes a random range, then
+  // reads the whole blob back and compares every byte.
+  auto worker = [&](uint64_t parity) {
+    std::mt19937 g(static_cast<uint32_t>(parity + 7));
+    uint64_t mine = 0;
+    while (!drained.load() || mine < 100) {
+      const uint64_t b = (g() % (kBlobs / 2)) * 2 + parity;
+      const uint64_t len = 1 + g() % 65536, off = g() % (kSize - len);
+      std::string data = Random(len, g());
+      if (!f.cte->PutBlob(3, b, off, data).ok()) {
+        failures.fetch_add(1);
+        continue;
+      }
+      model[b].replace(off, len, data);
+      std::string got(kSize, '?');
+      if (!f.cte->GetBlob(3, b, 0, kSize, got.data()).ok())
+        failures.fetch_add(1);
+      else if (got != model[b])
+        mismatches.fetch_add(1);
+      ++mine;
+      ops.fetch_add(1);
+    }
+  };
+  std::thread w0(worker, 0), w1(worker, 1);
+  while (ops.load() < 20) std::this_thread::yield();  // the workers are running
+  Status s = f.cte->Drain(fast);
+  drained.store(true);
+  w0.join();
+  w1.join();
+  REQUIRE_MESSAGE(s.ok(), s.ToString());
+  CHECK(mismatches.load() == 0);
+  CHECK(failures.load() == 0);
+  CHECK(ops.load() >= 200);
+
+  // The tier holds nothing, no blob names it, and nothing new is placed on it.
+  CHECK(f.Used("fast") == 0);
+  auto p = f.cte->GetDrainProgress(fast);
+  REQUIRE(p.ok());
+  CHECK(p->draining);
+  CHECK(p->bytes_left == 0);
+  CHECK(p->moved_bytes >= kBlobs * kSize);  // every blob had a copy there when the drain began
+  CHECK(p->moved_copies >= kBlobs);
+  for (uint64_t b = 0; b < kBlobs; ++b) {
+    auto w = f.Where(3, b);
+    CHECK(std::find(w.begin(), w.end(), fast) == w.end());
+    CHECK(f.Get(3, b, 0, kSize) == model[b]);
+  }
+  REQUIRE(f.cte->PutBlob(3, 99, 0, Random(4096, 9)).ok());
+  CHECK(f.Where(3, 99) == std::vector<uint64_t>{f.Id("slow")});
+  CHECK(f.Used("fast") == 0);
+  // Undrain: the tier is used again.
+  REQUIRE(f.cte->Undrain(fast).ok());
+  REQUIRE(f.cte->PutBlob(3, 100, 0, Random(4096, 10)).ok());
+  CHECK(f.Where(3, 100) == std::vector<uint64_t>{fast});
+}
+
+TEST_CASE("draining a RAM tier flushes its dirty copies and drops its clean caches") {
+  MoveFixture f;
+  const uint64_t ram = f.Id("ram");
+  REQUIRE(f.cte->PutBlob(4, 0, 0, Random(MiB, 40)).ok());  // dirty in RAM
+  REQUIRE(f.cte->PutBlob(4, 1, 0, Random(MiB, 41)).ok());
+  REQUIRE(f.cte->FlushTag(4).ok());                         // both clean: RAM cache + fast
+  REQUIRE(f.cte->PutBlob(4, 1, 4096, Random(8192, 42)).ok());  // blob 1 dirty again
+  REQUIRE(f.cte->PutBlob(4, 2, 0, Random(MiB, 43)).ok());      // blob 2 dirty only
+  CHECK(f.cte->GetWritebackStats().dirty_blobs == 2);
+  CHECK(f.Where(4, 0).at(0) == ram);
+
+  REQUIRE(f.cte->Drain(ram).ok());
+  CHECK(f.Used("ram") == 0);
+  CHECK(f.cte->GetWritebackStats().dirty_blobs == 0);
+  CHECK(f.cte->GetWritebackStats().reserved == 0);
+  std::string b1 = Random(MiB, 41);
+  b1.replace(4096, 8192, Random(8192, 42));
+  CHECK(f.Get(4, 0, 0, MiB) == Random(MiB, 40));
+  CHECK(f.Get(4, 1, 0, MiB) == b1);
+  CHECK(f.Get(4, 2, 0, MiB) == Random(MiB, 43));
+  for (uint64_t b = 0; b < 3; ++b) CHECK(f.Where(4, b) == std::vector<uint64_t>{f.Id("fast")});
+  // While drained, writes skip RAM and land clean on the persistent tier.
+  REQUIRE(f.cte->PutBlob(4, 3, 0, Random(4096, 44)).ok());
+  auto l = f.cte->LocateBlob(4, 3);
+  REQUIRE(l.ok());
+  REQUIRE(l->size() == 1);
+  CHECK(l->at(0).tier_id == f.Id("fast"));
+  CHECK_FALSE(l->at(0).dirty);
+}
+
+TEST_CASE("a tier set to 0 days can be drained onto the remaining tiers") {
+  Options o;
+  o.with_ram = false;
+  MoveFixture f(o);
+  for (uint64_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(5, b, 0, Random(MiB, 50 + b)).ok());
+  REQUIRE(f.cte->SetLifespan(f.Id("fast"), 0).ok());
+  REQUIRE(f.cte->Drain(f.Id("fast")).ok());
+  CHECK(f.Used("fast") == 0);
+  CHECK(f.Used("slow") == 4 * MiB);
+  for (uint64_t b = 0; b < 4; ++b) {
+    CHECK(f.Where(5, b) == std::vector<uint64_t>{f.Id("slow")});
+    CHECK(f.Get(5, b, 0, MiB) == Random(MiB, 50 + static_cast<uint32_t>(b)));
+  }
+}
+
+TEST_CASE("a drain with no room elsewhere stops with NoSpace and every blob intact") {
+  Options o;
+  o.with_ram = false;
+  o.slow = 2 * MiB;
+  MoveFixture f(o);
+  for (uint64_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(6, b, 0, Random(MiB, 60 + b)).ok());
+  Status s = f.cte->Drain(f.Id("fast"));
+  CHECK(s.code() == Code::kNoSpace);
+  CHECK_MESSAGE(s.message().find("draining tier") != std::string::npos, s.ToString());
+  CHECK_MESSAGE(s.message().find("no other tier has room") != std::string::npos, s.ToString());
+  REQUIRE(f.kv->Sync().ok());
+  // Each blob is whole on exactly one tier; nothing leaked on either.
+  uint64_t on_slow = 0;
+  for (uint64_t b = 0; b < 4; ++b) {
+    auto w = f.Where(6, b);
+    REQUIRE(w.size() == 1);
+    on_slow += w[0] == f.Id("slow");
+    CHECK(f.Get(6, b, 0, MiB) == Random(MiB, 60 + static_cast<uint32_t>(b)));
+  }
+  CHECK(on_slow == 2);
+  CHECK(f.Used("slow") == 2 * MiB);
+  CHECK(f.Used("fast") == 2 * MiB);
+  auto p = f.cte->GetDrainProgress(f.Id("fast"));
+  REQUIRE(p.ok());
+  CHECK(p->draining);
+  CHECK(p->bytes_left == 2 * MiB);
+  CHECK(p->moved_bytes == 2 * MiB);
+  // Still marked: with the slow tier full, a new write has nowhere to go.
+  CHECK(f.cte->PutBlob(6, 9, 0, Random(4096, 69)).code() == Code::kNoSpace);
+  REQUIRE(f.cte->Undrain(f.Id("fast")).ok());
+  REQUIRE(f.cte->PutBlob(6, 9, 0, Random(4096, 69)).ok());
+  CHECK(f.Where(6, 9) == std::vector<uint64_t>{f.Id("fast")});
+  CHECK(f.cte->Drain(424242).code() == Code::kNotFound);
+}
