@@ -58,6 +58,7 @@ struct Cte::TierLifetime {
 
 Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
+  if (auto bad = MovementConfigError(config)) return InvalidArgument(bad->first + ": " + bad->second);
   std::unique_ptr<Cte> cte(new Cte(kv, config));
   cte->lifetime_ = std::make_shared<TierLifetime>();
   KvBatch records;
@@ -126,6 +127,7 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
     return Status::Ok();
   });
   cte->flusher_ = std::thread([c = cte.get()] { c->FlusherLoop(); });
+  if (config.reorganize) cte->reorganizer_ = std::thread([c = cte.get()] { c->ReorganizerLoop(); });
   return cte;
 }
 
@@ -374,6 +376,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
       MarkDirty(tag, blob);
     }
     if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
+    NoteAccess(s, tag, blob);
     return done(Status::Ok());
   }
   return done(last);
@@ -411,6 +414,7 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
     Tier* t = TierById(c.tier_id);
     if (t && t->is_volatile) clean_lru_.Touch(c.tier_id, tag, blob);
   }
+  if (!e.copies.empty()) NoteAccess(s, tag, blob);
   return ReadMerged(e, offset, len, out);
 }
 

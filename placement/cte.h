@@ -29,7 +29,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -52,6 +54,12 @@ inline constexpr double kDyingLifespanDays = 7;
 // A tier whose lifespan is under this many days (0 in whole days) takes no new data at all.
 inline constexpr double kDeadLifespanDays = 1;
 
+// A volatile copy is kept as a clean read cache after its flush while its tier is below this
+// fill fraction; above it the copy is dropped at once, leaving room for new writes without an
+// eviction on their path. The reorganizer promotes into a volatile tier only below it too.
+// Kept copies are evicted, least recently used first, when a write finds the tier full.
+inline constexpr double kCacheKeepFill = 0.75;
+
 struct TierConfig {
   BdevConfig bdev;
   double score = 0.5;  // placement rank, higher first
@@ -66,6 +74,33 @@ struct CteConfig {
   // The longest a writer waits for the flusher when its tier is at dirty_limit; after it the
   // write goes to the next tier.
   uint32_t dirty_wait_ms = 10000;
+
+  // The reorganizer (cte_reorganize.cc). Each pass decays every blob's access count by
+  // score_decay and adds the reads and writes since the last pass: heat = heat * decay + n;
+  // a blob's score is heat / (heat + 1) (0 for a blob not accessed lately). A blob whose score
+  // passes its tier's score by more than reorganize_threshold moves up to the tier whose score
+  // is nearest its own; one below its tier's by more than that moves down. A pass moves at
+  // most reorganize_bandwidth * reorganize_interval_ms / 1000 bytes.
+  bool reorganize = true;                         // run passes in a background thread
+  uint32_t reorganize_interval_ms = 10000;        // 1000..3600000
+  uint64_t reorganize_bandwidth = 64ull << 20;    // bytes/s, at least 1 MiB
+  double reorganize_threshold = 0.3;              // score difference, (0, 1]
+  double score_decay = 0.5;                       // per pass, (0, 1)
+};
+
+// The first movement key of `c` that is out of range, and what is wrong with it; nullopt when
+// all are valid. Used by Cte::Open and the config parser (which names file and line).
+std::optional<std::pair<std::string, std::string>> MovementConfigError(const CteConfig& c);
+
+// What one reorganizer pass did.
+struct ReorganizeStats {
+  uint64_t candidates = 0;      // blobs whose score called for a move
+  uint64_t promoted = 0;        // copied to a higher-score tier
+  uint64_t demoted = 0;         // copied to a lower-score tier, or a cache copy dropped
+  uint64_t moved_bytes = 0;     // bytes copied (never more than the pass's budget)
+  uint64_t budget = 0;          // the pass's byte budget
+  uint64_t over_budget = 0;     // candidates left for a later pass: the budget was spent
+  uint64_t skipped = 0;         // candidates that changed meanwhile or found no room
 };
 
 // Write-back counters (read by tests; not yet exported to `clioctl` or metrics).
@@ -169,6 +204,17 @@ class Cte {
   // Lifts a drain mark: placement may use the tier again (its lifespan permitting).
   Status Undrain(uint64_t tier_id);
 
+  // One reorganizer pass (the background thread runs one every reorganize_interval_ms when
+  // `reorganize` is set): folds the access counts into scores, then promotes hot blobs
+  // (hottest first) and demotes cold ones (coldest first) while the pass's byte budget lasts.
+  // Blobs with dirty copies are left to the flusher. Moves use the same copy-and-swap as
+  // Drain(): readers and writers of a moving blob are never blocked for the copy. Returns
+  // what it did; errors of the metadata store only (a blob that cannot move is skipped).
+  Result<ReorganizeStats> ReorganizeOnce();
+  // The blob's current score in [0, 1) (from its decayed access count as of the last pass,
+  // plus accesses since), for tests and `clioctl`.
+  double BlobScore(uint64_t tag, uint64_t blob);
+
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
@@ -200,13 +246,31 @@ class Cte {
     size_t tier = 0;     // kWaitDirty, kEvict: index into tiers_
     uint64_t bytes = 0;  // kWaitDirty: dirty bytes the write adds; kEvict: bytes to free
   };
+  // A blob's decayed access count (see CteConfig): kept beside its stripe lock, which every
+  // read and write already holds, so counting costs no extra lock.
+  struct AccessCount {
+    double heat = 0;      // decayed count as of the last reorganizer pass
+    uint32_t recent = 0;  // reads and writes since
+  };
   struct Stripe {
     Mutex mu;
+    std::map<std::pair<uint64_t, uint64_t>, AccessCount> access GUARDED_BY(mu);
   };
   static constexpr size_t kStripes = 256;
 
   Cte(KvStore* kv, const CteConfig& c)
-      : kv_(kv), flush_interval_ms_(c.flush_interval_ms), dirty_wait_ms_(c.dirty_wait_ms) {}
+      : kv_(kv),
+        flush_interval_ms_(c.flush_interval_ms),
+        dirty_wait_ms_(c.dirty_wait_ms),
+        reorganize_interval_ms_(c.reorganize_interval_ms),
+        reorganize_budget_(c.reorganize_bandwidth * c.reorganize_interval_ms / 1000),
+        reorganize_threshold_(c.reorganize_threshold),
+        score_decay_(c.score_decay) {}
+  // Counts a read or write of the blob for its score.
+  static void NoteAccess(Stripe& s, uint64_t tag, uint64_t blob) REQUIRES(s.mu) {
+    ++s.access[{tag, blob}].recent;
+  }
+  void ReorganizerLoop();
   Status Recover();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
   Tier* TierById(uint64_t id);
@@ -257,6 +321,10 @@ class Cte {
   KvStore* const kv_;
   const uint32_t flush_interval_ms_;
   const uint32_t dirty_wait_ms_;
+  const uint32_t reorganize_interval_ms_;
+  const uint64_t reorganize_budget_;  // bytes per pass
+  const double reorganize_threshold_;
+  const double score_decay_;
   std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open
   std::unique_ptr<Stripe[]> stripes_ = std::make_unique<Stripe[]>(kStripes);
   std::atomic<uint64_t> generation_{1};
@@ -267,7 +335,8 @@ class Cte {
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> flush_failures_{0};
 
-  // One mover at a time (Drain, ReorganizeOnce); held across a whole drain or pass.
+  // One mover at a time (Drain, ReorganizeOnce); held across a whole drain or pass. Taken
+  // before any stripe lock.
   Mutex move_mu_;
 
   // Lock order: move_mu_ -> one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
@@ -280,6 +349,11 @@ class Cte {
   bool kicked_ GUARDED_BY(dirty_mu_) = false;  // a writer wants a flush before the interval
   CondVar flusher_cv_;
   std::thread flusher_;
+  // The reorganizer thread's wait (a leaf: nothing else is taken while holding it).
+  Mutex reorg_mu_;
+  bool reorg_stop_ GUARDED_BY(reorg_mu_) = false;
+  CondVar reorg_cv_;
+  std::thread reorganizer_;
   struct TierLifetime;
   std::shared_ptr<TierLifetime> lifetime_;  // set first thing in Open()
 };

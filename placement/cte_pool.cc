@@ -1,5 +1,7 @@
 #include "placement/cte_pool.h"
 
+#include <algorithm>
+
 #include "common/codec.h"
 #include "storage/bdev_config.h"
 #include "storage/kv.h"
@@ -22,6 +24,14 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   CLIO_ASSIGN_OR_RETURN(uint64_t wait, r.UInt("dirty_wait_ms", cfg.dirty_wait_ms));
   if (wait == 0 || wait > 3600000) return r.Error("dirty_wait_ms", "must be between 1 and 3600000");
   cfg.dirty_wait_ms = static_cast<uint32_t>(wait);
+  CLIO_ASSIGN_OR_RETURN(cfg.reorganize, r.Bool("reorganize", cfg.reorganize));
+  CLIO_ASSIGN_OR_RETURN(uint64_t reorg_ms, r.UInt("reorganize_interval_ms", cfg.reorganize_interval_ms));
+  cfg.reorganize_interval_ms = static_cast<uint32_t>(std::min<uint64_t>(reorg_ms, UINT32_MAX));
+  if (reorg_ms > UINT32_MAX) cfg.reorganize_interval_ms = 0;  // out of range: refused below
+  CLIO_ASSIGN_OR_RETURN(cfg.reorganize_bandwidth, r.Size("reorganize_bandwidth", cfg.reorganize_bandwidth));
+  CLIO_ASSIGN_OR_RETURN(cfg.reorganize_threshold, r.Double("reorganize_threshold", cfg.reorganize_threshold));
+  CLIO_ASSIGN_OR_RETURN(cfg.score_decay, r.Double("score_decay", cfg.score_decay));
+  if (auto bad = MovementConfigError(cfg)) return r.Error(bad->first, bad->second);
   const ConfigValue* storage = r.Child("storage");
   CLIO_RETURN_IF_ERROR(r.Finish());
   if (!storage || storage->kind != ConfigValue::Kind::kList || storage->list.empty())

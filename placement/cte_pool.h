@@ -29,7 +29,8 @@ class CtePool : public Pool {
 };
 
 // Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms,
-// dirty_wait_ms, storage (list of tiers: path, score and, on volatile tiers, dirty_limit, plus
+// dirty_wait_ms, reorganize, reorganize_interval_ms, reorganize_bandwidth (bytes/s, a size),
+// reorganize_threshold, score_decay (CteConfig), storage (list of tiers: path, score and, on volatile tiers, dirty_limit, plus
 // every bdev key of storage/bdev_config.h, with the capacity spelled capacity_limit).
 ModuleFactory MakeCteModuleFactory(KvStore* kv);
 

@@ -8,15 +8,6 @@
 #include "placement/cte.h"
 
 namespace clio {
-namespace {
-
-// A volatile copy is kept as a clean read cache after its flush while its tier is below this
-// fill fraction; above it the copy is dropped at once, leaving room for new writes without an
-// eviction on their path. Kept copies are evicted, least recently used first, when a write
-// finds the tier full.
-constexpr double kCacheKeepFill = 0.75;
-
-}  // namespace
 
 void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
   MutexLock d(&dirty_mu_);
@@ -269,6 +260,13 @@ Result<uint64_t> Cte::DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob) 
 }
 
 Status Cte::Stop() {
+  {
+    // The reorganizer first: it moves data the final flush must see.
+    MutexLock r(&reorg_mu_);
+    reorg_stop_ = true;
+  }
+  reorg_cv_.NotifyAll();
+  if (reorganizer_.joinable()) reorganizer_.join();
   {
     MutexLock d(&dirty_mu_);
     if (stopping_) return Status::Ok();

@@ -27,6 +27,8 @@ struct Options {
   uint64_t fast = 64 * MiB;
   uint64_t slow = 64 * MiB;
   bool with_ram = true;
+  uint64_t bandwidth = 64 * MiB;  // reorganizer bytes/s; a pass is 1 s of it
+  double threshold = 0.35;
 };
 
 struct MoveFixture {
@@ -57,6 +59,11 @@ struct MoveFixture {
   CteConfig Config() const {
     CteConfig c;
     c.flush_interval_ms = 3600000;  // tests flush explicitly
+    c.reorganize = false;           // and reorganize explicitly
+    c.reorganize_interval_ms = 1000;
+    c.reorganize_bandwidth = o.bandwidth;
+    c.reorganize_threshold = o.threshold;
+    c.score_decay = 0.5;
     TierConfig ram;
     ram.bdev.name = ram_name;
     ram.bdev.type = BdevType::kRam;
@@ -319,4 +326,159 @@ TEST_CASE("a drain with no room elsewhere stops with NoSpace and every blob inta
   REQUIRE(f.cte->PutBlob(6, 9, 0, Random(4096, 69)).ok());
   CHECK(f.Where(6, 9) == std::vector<uint64_t>{f.Id("fast")});
   CHECK(f.cte->Drain(424242).code() == Code::kNotFound);
+}
+
+TEST_CASE("ReorganizeOnce promotes a hot blob and, once its accesses decay, demotes a cold one") {
+  Options o;
+  o.with_ram = false;
+  MoveFixture f(o);
+  const uint64_t fast = f.Id("fast"), slow = f.Id("slow");
+  constexpr uint64_t kSize = 256 * 1024;
+  // Blobs 0 (to be hot) and 1 (lukewarm) land on the slow tier while the fast one is dying.
+  REQUIRE(f.cte->SetLifespan(fast, 3).ok());
+  REQUIRE(f.cte->PutBlob(7, 0, 0, Random(kSize, 70)).ok());
+  REQUIRE(f.cte->PutBlob(7, 1, 0, Random(kSize, 71)).ok());
+  REQUIRE(f.cte->SetLifespan(fast, 999999).ok());
+  REQUIRE(f.cte->PutBlob(7, 2, 0, Random(kSize, 72)).ok());  // to go cold, on the fast tier
+  REQUIRE(f.Where(7, 0) == std::vector<uint64_t>{slow});
+  REQUIRE(f.Where(7, 2) == std::vector<uint64_t>{fast});
+  for (int i = 0; i < 10; ++i) CHECK(f.Get(7, 0, 0, kSize) == Random(kSize, 70));
+
+  // Pass 1: blob 0 has heat 11 (score 11/12 > 0.2 + 0.35): promoted to the fast tier, the
+  // nearest to its score. Blobs 1 and 2 (heat 1, score 0.5) are within the threshold.
+  auto p1 = f.cte->ReorganizeOnce();
+  REQUIRE(p1.ok());
+  CHECK(p1->promoted == 1);
+  CHECK(p1->demoted == 0);
+  CHECK(p1->moved_bytes == kSize);
+  CHECK(f.Where(7, 0) == std::vector<uint64_t>{fast});
+  CHECK(f.Where(7, 1) == std::vector<uint64_t>{slow});
+  CHECK(f.Where(7, 2) == std::vector<uint64_t>{fast});
+  CHECK(f.cte->BlobScore(7, 0) > 0.8);
+  // Pass 2: blob 2 decays to heat 0.5 (score 1/3): 0.6 - 1/3 is still within 0.35.
+  auto p2 = f.cte->ReorganizeOnce();
+  REQUIRE(p2.ok());
+  CHECK(p2->promoted + p2->demoted == 0);
+  CHECK(f.Where(7, 2) == std::vector<uint64_t>{fast});
+  // Pass 3: heat 0.25 (score 0.2): cold, demoted to the slow tier. Blob 0 (heat 2.75) stays.
+  auto p3 = f.cte->ReorganizeOnce();
+  REQUIRE(p3.ok());
+  CHECK(p3->demoted == 1);
+  CHECK(p3->promoted == 0);
+  CHECK(f.Where(7, 2) == std::vector<uint64_t>{slow});
+  CHECK(f.Where(7, 0) == std::vector<uint64_t>{fast});
+  REQUIRE(f.kv->Sync().ok());
+  CHECK(f.Used("fast") == kSize);
+  CHECK(f.Used("slow") == 2 * kSize);
+  for (uint32_t b = 0; b < 3; ++b) CHECK(f.Get(7, b, 0, kSize) == Random(kSize, 70 + b));
+}
+
+TEST_CASE("the reorganizer caches a hot blob in RAM and drops a cold RAM cache") {
+  MoveFixture f;
+  const uint64_t ram = f.Id("ram"), fast = f.Id("fast");
+  constexpr uint64_t kSize = 256 * 1024;
+  REQUIRE(f.cte->SetLifespan(ram, 0).ok());  // blob 0 goes straight to the fast tier
+  REQUIRE(f.cte->PutBlob(8, 0, 0, Random(kSize, 80)).ok());
+  REQUIRE(f.cte->SetLifespan(ram, 999999).ok());
+  REQUIRE(f.cte->PutBlob(8, 1, 0, Random(kSize, 81)).ok());
+  REQUIRE(f.cte->FlushAll().ok());  // blob 1: a clean RAM cache over its fast copy
+  REQUIRE(f.Where(8, 0) == std::vector<uint64_t>{fast});
+  REQUIRE(f.Where(8, 1) == (std::vector<uint64_t>{ram, fast}));
+  for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, kSize) == Random(kSize, 80));
+  // Blob 0: score 21/22, RAM (1.0) is the nearest tier: a cache copy in front of the fast
+  // one. Blob 1: score 0.5 < 1.0 - 0.35: its RAM cache is dropped, the fast copy stays.
+  auto p = f.cte->ReorganizeOnce();
+  REQUIRE(p.ok());
+  CHECK(p->promoted == 1);
+  CHECK(p->demoted == 1);
+  CHECK(p->moved_bytes == kSize);  // dropping a cache moves nothing
+  CHECK(f.Where(8, 0) == (std::vector<uint64_t>{ram, fast}));
+  CHECK(f.Where(8, 1) == std::vector<uint64_t>{fast});
+  CHECK(f.Used("ram") == kSize);
+  CHECK(f.Get(8, 0, 0, kSize) == Random(kSize, 80));
+  CHECK(f.Get(8, 1, 0, kSize) == Random(kSize, 81));
+  // The promoted cache is an ordinary clean copy: a write makes it dirty in place.
+  REQUIRE(f.cte->PutBlob(8, 0, 0, Random(4096, 82)).ok());
+  auto l = f.cte->LocateBlob(8, 0);
+  REQUIRE(l.ok());
+  CHECK(l->at(0).tier_id == ram);
+  CHECK(l->at(0).dirty);
+}
+
+TEST_CASE("a reorganizer pass moves no more than its byte budget, hottest blobs first") {
+  Options o;
+  o.with_ram = false;
+  o.bandwidth = 2 * MiB;  // a pass (1 s) moves at most 2 MiB
+  MoveFixture f(o);
+  const uint64_t fast = f.Id("fast");
+  REQUIRE(f.cte->SetLifespan(fast, 3).ok());
+  for (uint64_t b = 0; b < 6; ++b) REQUIRE(f.cte->PutBlob(9, b, 0, Random(MiB, 90 + b)).ok());
+  REQUIRE(f.cte->SetLifespan(fast, 999999).ok());
+  // Blobs 4 and 5 are the hottest, then 2 and 3, then 0 and 1 (7 accesses: heat 7, then 3.5,
+  // then 1.75 at the third pass, whose score 0.64 still passes 0.2 + 0.35).
+  for (uint64_t b = 0; b < 6; ++b)
+    for (uint64_t i = 0; i < 6 + 4 * (b / 2); ++i) CHECK(f.Get(9, b, 0, 4096) == Random(MiB, 90 + b).substr(0, 4096));
+  std::vector<std::vector<uint64_t>> order = {{4, 5}, {2, 3}, {0, 1}};
+  for (size_t pass = 0; pass < 3; ++pass) {
+    auto p = f.cte->ReorganizeOnce();
+    REQUIRE(p.ok());
+    CHECK(p->budget == 2 * MiB);
+    CHECK(p->moved_bytes == 2 * MiB);
+    CHECK(p->promoted == 2);
+    CHECK(p->over_budget == 4 - 2 * pass);
+    for (uint64_t b : order[pass]) CHECK(f.Where(9, b) == std::vector<uint64_t>{fast});
+    CHECK(f.Used("fast") == 2 * MiB * (pass + 1));
+  }
+  auto last = f.cte->ReorganizeOnce();
+  REQUIRE(last.ok());
+  CHECK(last->moved_bytes == 0);
+  for (uint64_t b = 0; b < 6; ++b) CHECK(f.Get(9, b, 0, MiB) == Random(MiB, 90 + static_cast<uint32_t>(b)));
+}
+
+TEST_CASE("reorganizer keys are validated with errors naming the key") {
+  auto parse = [](const std::string& pool) {
+    std::string yaml = "runtime:\n  state_dir: /tmp/clio-move-parse\ncompose:\n"
+                       "  - mod_name: clio_cte_core\n    pool_name: cte\n    pool_id: \"512.0\"\n" +
+                       pool + "    storage:\n      - path: \"ram::t1\"\n        bdev_type: ram\n";
+    auto cfg = ParseRuntimeConfig(yaml, "mv.yaml");
+    REQUIRE_MESSAGE(cfg.ok(), cfg.status().ToString());
+    return ParseCteConfig(cfg->compose.at(0), "mv.yaml");
+  };
+  auto ok = parse("    reorganize: false\n    reorganize_interval_ms: 5000\n    reorganize_bandwidth: 32MB\n"
+                  "    reorganize_threshold: 0.25\n    score_decay: 0.75\n");
+  REQUIRE_MESSAGE(ok.ok(), ok.status().ToString());
+  CHECK_FALSE(ok->reorganize);
+  CHECK(ok->reorganize_interval_ms == 5000);
+  CHECK(ok->reorganize_bandwidth == 32 * MiB);
+  CHECK(ok->reorganize_threshold == 0.25);
+  CHECK(ok->score_decay == 0.75);
+  auto defaults = parse("");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->reorganize);
+  CHECK(defaults->reorganize_bandwidth == 64 * MiB);
+
+  auto expect = [](const Result<CteConfig>& r, const std::string& key, const std::string& what) {
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kConfigError);
+    CHECK_MESSAGE(r.status().message().find(key) != std::string::npos, r.status().ToString());
+    CHECK_MESSAGE(r.status().message().find(what) != std::string::npos, r.status().ToString());
+    CHECK(r.status().message().find("mv.yaml:") != std::string::npos);
+  };
+  expect(parse("    reorganize_interval_ms: 500\n"), "reorganize_interval_ms", "between 1000 and");
+  expect(parse("    reorganize_interval_ms: 99999999999\n"), "reorganize_interval_ms", "between 1000 and");
+  expect(parse("    reorganize_bandwidth: 512K\n"), "reorganize_bandwidth", "at least 1MiB");
+  expect(parse("    reorganize_bandwidth: fast\n"), "reorganize_bandwidth", "");
+  expect(parse("    reorganize_threshold: 0\n"), "reorganize_threshold", "(0, 1]");
+  expect(parse("    reorganize_threshold: 1.5\n"), "reorganize_threshold", "(0, 1]");
+  expect(parse("    score_decay: 1\n"), "score_decay", "between 0 and 1");
+  expect(parse("    reorganize: maybe\n"), "reorganize", "");
+
+  // Cte::Open checks the same keys for configs built in code.
+  MoveFixture f;
+  CteConfig c = f.Config();
+  c.score_decay = 0;
+  auto bad = Cte::Open(c, f.kv.get());
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == Code::kInvalidArgument);
+  CHECK(bad.status().message().find("score_decay") != std::string::npos);
 }

@@ -1,0 +1,180 @@
+// The reorganizer: blob scores from decayed access counts, and passes that promote hot blobs
+// to higher-score tiers and demote cold ones, within a byte budget per pass. Moves go through
+// CopyBlobTo (cte_movement.cc) and DropCleanCopies (cte_writeback.cc).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "placement/blob_index.h"
+#include "placement/cte.h"
+
+namespace clio {
+namespace {
+
+// A decayed count below this is forgotten: the blob scores 0 like one never accessed.
+constexpr double kForgetHeat = 0.01;
+constexpr size_t kScanPage = 1024;
+
+double ScoreOf(double heat) { return heat / (heat + 1); }
+
+struct PairHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+    return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ull ^ k.second);
+  }
+};
+
+}  // namespace
+
+std::optional<std::pair<std::string, std::string>> MovementConfigError(const CteConfig& c) {
+  if (c.reorganize_interval_ms < 1000 || c.reorganize_interval_ms > 3600000)
+    return std::pair<std::string, std::string>{"reorganize_interval_ms", "must be between 1000 and 3600000"};
+  if (c.reorganize_bandwidth < (1ull << 20))
+    return std::pair<std::string, std::string>{"reorganize_bandwidth",
+                                               "must be at least 1MiB (bytes per second), so a pass can move a chunk"};
+  if (!(c.reorganize_threshold > 0 && c.reorganize_threshold <= 1))
+    return std::pair<std::string, std::string>{"reorganize_threshold", "must be a score difference in (0, 1]"};
+  if (!(c.score_decay > 0 && c.score_decay < 1))
+    return std::pair<std::string, std::string>{"score_decay", "must be between 0 and 1, exclusive"};
+  return std::nullopt;
+}
+
+double Cte::BlobScore(uint64_t tag, uint64_t blob) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  auto it = s.access.find({tag, blob});
+  if (it == s.access.end()) return 0;
+  return ScoreOf(it->second.heat * score_decay_ + it->second.recent);
+}
+
+Result<ReorganizeStats> Cte::ReorganizeOnce() {
+  MutexLock m(&move_mu_);
+  ReorganizeStats st;
+  st.budget = reorganize_budget_;
+  // Fold the accesses since the last pass into the decayed counts, one stripe at a time.
+  std::unordered_map<std::pair<uint64_t, uint64_t>, double, PairHash> scores;
+  for (size_t i = 0; i < kStripes; ++i) {
+    Stripe& s = stripes_[i];
+    MutexLock l(&s.mu);
+    for (auto it = s.access.begin(); it != s.access.end();) {
+      AccessCount& a = it->second;
+      a.heat = a.heat * score_decay_ + a.recent;
+      a.recent = 0;
+      if (a.heat < kForgetHeat) {
+        it = s.access.erase(it);
+      } else {
+        scores[it->first] = ScoreOf(a.heat);
+        ++it;
+      }
+    }
+  }
+
+  // Candidates: every blob whose newest copy sits on a tier its score is far from. The index
+  // entries read here are hints; each move re-checks the entry under the blob's lock.
+  struct Candidate {
+    uint64_t tag, blob, bytes;
+    double score;
+    size_t from, to;
+  };
+  std::vector<Candidate> up, down;
+  std::string after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kBlobKeyPrefix, after, kScanPage));
+    for (auto& [key, value] : page) {
+      auto e = DecodeBlobEntry(value);
+      if (!e.ok() || e->copies.empty()) continue;
+      if (std::any_of(e->copies.begin(), e->copies.end(),
+                      [](const BlobCopy& c) { return c.state == CopyState::kDirty; }))
+        continue;  // the flusher's
+      uint64_t tag = 0, blob = 0;
+      if (!ParseBlobKey(key, &tag, &blob)) continue;
+      Tier* cur = TierById(e->copies.front().tier_id);
+      if (!cur) continue;
+      auto sc = scores.find({tag, blob});
+      const double score = sc == scores.end() ? 0 : sc->second;
+      const bool promote = score > cur->score + reorganize_threshold_;
+      const bool demote = score < cur->score - reorganize_threshold_;
+      if (!promote && !demote) continue;
+      // The tier, on the blob's side of its current one, whose score is nearest the blob's.
+      size_t best = tiers_.size();
+      for (size_t ti = 0; ti < tiers_.size(); ++ti) {
+        const Tier& t = tiers_[ti];
+        if (promote ? t.score <= cur->score : t.score >= cur->score) continue;
+        if (!Accepts(t)) continue;
+        if (best == tiers_.size() ||
+            std::abs(t.score - score) < std::abs(tiers_[best].score - score))
+          best = ti;
+      }
+      if (best == tiers_.size()) continue;
+      ++st.candidates;
+      Candidate c{tag, blob, e->stored(), score, TierIndex(*cur), best};
+      (promote ? up : down).push_back(c);
+    }
+    if (page.size() < kScanPage) break;
+    after = page.back().first;
+  }
+  std::stable_sort(up.begin(), up.end(), [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
+  std::stable_sort(down.begin(), down.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+
+  auto move = [&](const Candidate& c, bool promote) {
+    const Tier& from = tiers_[c.from];
+    const Tier& to = tiers_[c.to];
+    if (!promote && from.is_volatile) {
+      // Demoting a read cache costs no bandwidth: drop it; its persistent copy holds the bytes.
+      auto d = DropCleanCopies(c.from, c.tag, c.blob);
+      if (d.ok() && *d > 0)
+        ++st.demoted;
+      else
+        ++st.skipped;
+      return;
+    }
+    if (st.moved_bytes + c.bytes > st.budget) {
+      ++st.over_budget;
+      return;
+    }
+    if (to.is_volatile) {
+      BdevStats bs = to.bdev->GetStats();
+      if (static_cast<double>(bs.used + c.bytes) > kCacheKeepFill * static_cast<double>(bs.capacity)) {
+        ++st.skipped;  // keep room for writes on the volatile tier
+        return;
+      }
+    }
+    bool changed = false;
+    auto r = CopyBlobTo(c.tag, c.blob, c.to, 0, &changed);
+    if (!r.ok() || changed || *r == 0) {
+      if (!r.ok() && r.status().code() != Code::kNoSpace)
+        CLIO_LOG_WARN("reorganizer: moving blob {}:{} to tier '{}': {}", c.tag, c.blob, to.name,
+                      r.status().ToString());
+      ++st.skipped;
+      return;
+    }
+    st.moved_bytes += *r;
+    ++(promote ? st.promoted : st.demoted);
+  };
+  for (const Candidate& c : up) move(c, true);
+  for (const Candidate& c : down) move(c, false);
+  if (st.promoted + st.demoted > 0)
+    CLIO_LOG_DEBUG("reorganizer: {} promoted, {} demoted, {} bytes moved, {} left for later", st.promoted,
+                   st.demoted, st.moved_bytes, st.over_budget);
+  return st;
+}
+
+void Cte::ReorganizerLoop() {
+  while (true) {
+    {
+      MutexLock r(&reorg_mu_);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(reorganize_interval_ms_);
+      while (!reorg_stop_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) break;
+        reorg_cv_.WaitFor(&reorg_mu_, deadline - now);
+      }
+      if (reorg_stop_) return;
+    }
+    auto st = ReorganizeOnce();
+    if (!st.ok()) CLIO_LOG_WARN("reorganizer pass: {}", st.status().ToString());
+  }
+}
+
+}  // namespace clio
