@@ -110,9 +110,9 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
       persistent.push_back(t.bdev.get());
   }
   cte->reservations_ = std::make_unique<FlushReservations>(
-      persistent, [c = cte.get()](const Bdev& b, const BdevStats&) {
+      persistent, [c = cte.get()](const Bdev& b, const BdevStats& s) {
         Tier* t = c->TierById(b.tier_id());
-        return t && AcceptsPersistent(*t);
+        return t && !t->is_volatile && AcceptsAt(*t, s.lifetime_days);
       });
   {
     MutexLock l(&cte->lifetime_->mu);
@@ -220,10 +220,11 @@ Cte::Tier* Cte::TierById(uint64_t id) {
   return nullptr;
 }
 
-bool Cte::Accepts(const Tier& t) {
+bool Cte::Accepts(const Tier& t) { return AcceptsAt(t, t.bdev->GetStats().lifetime_days); }
+
+bool Cte::AcceptsAt(const Tier& t, double lifetime_days) {
   if (t.motion->draining.load(std::memory_order_acquire)) return false;
-  const double days = t.bdev->GetStats().lifetime_days;
-  return days >= (t.is_volatile ? kDeadLifespanDays : kDyingLifespanDays);
+  return lifetime_days >= (t.is_volatile ? kDeadLifespanDays : kDyingLifespanDays);
 }
 
 std::string Cte::Refusal(const Tier& t) {

@@ -277,6 +277,7 @@ class Cte {
   // Whether the tier takes a new copy now: not draining, and a lifespan that allows it
   // (volatile copies: kDeadLifespanDays; persistent: kDyingLifespanDays). Lock-free.
   static bool Accepts(const Tier& t);
+  static bool AcceptsAt(const Tier& t, double lifetime_days);  // with stats already read
   static bool AcceptsPersistent(const Tier& t) { return !t.is_volatile && Accepts(t); }
   // Why Accepts() is false, for error messages.
   static std::string Refusal(const Tier& t);

@@ -96,6 +96,13 @@ Result<ReorganizeStats> Cte::ReorganizeOnce() {
       const bool promote = score > cur->score + reorganize_threshold_;
       const bool demote = score < cur->score - reorganize_threshold_;
       if (!promote && !demote) continue;
+      if (demote && cur->is_volatile) {
+        // A clean cache on a volatile tier costs nothing while the tier has room, and a write
+        // that finds the tier full evicts caches itself (LRU): drop cold ones only above the
+        // fill at which flushes stop keeping caches.
+        BdevStats bs = cur->bdev->GetStats();
+        if (static_cast<double>(bs.used) < kCacheKeepFill * static_cast<double>(bs.capacity)) continue;
+      }
       // The tier, on the blob's side of its current one, whose score is nearest the blob's.
       size_t best = tiers_.size();
       for (size_t ti = 0; ti < tiers_.size(); ++ti) {

@@ -27,6 +27,7 @@ struct Options {
   uint64_t fast = 64 * MiB;
   uint64_t slow = 64 * MiB;
   bool with_ram = true;
+  uint64_t dirty_limit = 0;       // RAM tier; 0: half its capacity
   uint64_t bandwidth = 64 * MiB;  // reorganizer bytes/s; a pass is 1 s of it
   double threshold = 0.35;
 };
@@ -69,6 +70,7 @@ struct MoveFixture {
     ram.bdev.type = BdevType::kRam;
     ram.bdev.capacity = o.ram;
     ram.score = 1.0;
+    ram.dirty_limit = o.dirty_limit;
     auto file = [&](const char* name, uint64_t cap, double score) {
       TierConfig t;
       t.bdev.name = dir + "/" + name + ".dat";
@@ -373,8 +375,10 @@ TEST_CASE("ReorganizeOnce promotes a hot blob and, once its accesses decay, demo
   for (uint32_t b = 0; b < 3; ++b) CHECK(f.Get(7, b, 0, kSize) == Random(kSize, 70 + b));
 }
 
-TEST_CASE("the reorganizer caches a hot blob in RAM and drops a cold RAM cache") {
-  MoveFixture f;
+TEST_CASE("the reorganizer caches a hot blob in RAM; a cold RAM cache goes only when RAM is filling") {
+  Options o;
+  o.dirty_limit = 8 * MiB;  // lets dirty data fill the RAM tier past 75% below
+  MoveFixture f(o);
   const uint64_t ram = f.Id("ram"), fast = f.Id("fast");
   constexpr uint64_t kSize = 256 * 1024;
   REQUIRE(f.cte->SetLifespan(ram, 0).ok());  // blob 0 goes straight to the fast tier
@@ -386,17 +390,32 @@ TEST_CASE("the reorganizer caches a hot blob in RAM and drops a cold RAM cache")
   REQUIRE(f.Where(8, 1) == (std::vector<uint64_t>{ram, fast}));
   for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, kSize) == Random(kSize, 80));
   // Blob 0: score 21/22, RAM (1.0) is the nearest tier: a cache copy in front of the fast
-  // one. Blob 1: score 0.5 < 1.0 - 0.35: its RAM cache is dropped, the fast copy stays.
+  // one. Blob 1 is cold (score 0.5 < 1.0 - 0.35), but RAM has room: its cache stays.
   auto p = f.cte->ReorganizeOnce();
   REQUIRE(p.ok());
   CHECK(p->promoted == 1);
-  CHECK(p->demoted == 1);
-  CHECK(p->moved_bytes == kSize);  // dropping a cache moves nothing
+  CHECK(p->demoted == 0);
+  CHECK(p->moved_bytes == kSize);
   CHECK(f.Where(8, 0) == (std::vector<uint64_t>{ram, fast}));
-  CHECK(f.Where(8, 1) == std::vector<uint64_t>{fast});
-  CHECK(f.Used("ram") == kSize);
+  CHECK(f.Where(8, 1) == (std::vector<uint64_t>{ram, fast}));
+  CHECK(f.Used("ram") == 2 * kSize);
   CHECK(f.Get(8, 0, 0, kSize) == Random(kSize, 80));
+  CHECK(f.Get(8, 1, 0, 4096) == Random(kSize, 81).substr(0, 4096));
+
+  // Dirty data fills RAM past 75%: the cold cache of blob 1 is dropped (moving no bytes),
+  // the hot cache of blob 0 stays, the dirty blobs are left to the flusher.
+  for (uint64_t b = 0; b < 6; ++b) REQUIRE(f.cte->PutBlob(88, b, 0, Random(MiB, 880 + b)).ok());
+  for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, 4096) == Random(kSize, 80).substr(0, 4096));
+  auto q = f.cte->ReorganizeOnce();  // blob 1: two passes without enough accesses
+  REQUIRE(q.ok());
+  auto r = f.cte->ReorganizeOnce();
+  REQUIRE(r.ok());
+  CHECK(q->demoted + r->demoted == 1);
+  CHECK(q->moved_bytes + r->moved_bytes == 0);
+  CHECK(f.Where(8, 1) == std::vector<uint64_t>{fast});
+  CHECK(f.Where(8, 0) == (std::vector<uint64_t>{ram, fast}));
   CHECK(f.Get(8, 1, 0, kSize) == Random(kSize, 81));
+  for (uint64_t b = 0; b < 6; ++b) CHECK(f.Where(88, b) == std::vector<uint64_t>{ram});
   // The promoted cache is an ordinary clean copy: a write makes it dirty in place.
   REQUIRE(f.cte->PutBlob(8, 0, 0, Random(4096, 82)).ok());
   auto l = f.cte->LocateBlob(8, 0);
