@@ -388,7 +388,8 @@ TEST_CASE("the reorganizer caches a hot blob in RAM; a cold RAM cache goes only 
   REQUIRE(f.cte->FlushAll().ok());  // blob 1: a clean RAM cache over its fast copy
   REQUIRE(f.Where(8, 0) == std::vector<uint64_t>{fast});
   REQUIRE(f.Where(8, 1) == (std::vector<uint64_t>{ram, fast}));
-  for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, kSize) == Random(kSize, 80));
+  const std::string b0 = Random(kSize, 80);
+  for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, kSize) == b0);
   // Blob 0: score 21/22, RAM (1.0) is the nearest tier: a cache copy in front of the fast
   // one. Blob 1 is cold (score 0.5 < 1.0 - 0.35), but RAM has room: its cache stays.
   auto p = f.cte->ReorganizeOnce();
@@ -405,7 +406,8 @@ TEST_CASE("the reorganizer caches a hot blob in RAM; a cold RAM cache goes only 
   // Dirty data fills RAM past 75%: the cold cache of blob 1 is dropped (moving no bytes),
   // the hot cache of blob 0 stays, the dirty blobs are left to the flusher.
   for (uint64_t b = 0; b < 6; ++b) REQUIRE(f.cte->PutBlob(88, b, 0, Random(MiB, 880 + b)).ok());
-  for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, 4096) == Random(kSize, 80).substr(0, 4096));
+  const std::string head = Random(kSize, 80).substr(0, 4096);
+  for (int i = 0; i < 20; ++i) CHECK(f.Get(8, 0, 0, 4096) == head);
   auto q = f.cte->ReorganizeOnce();  // blob 1: two passes without enough accesses
   REQUIRE(q.ok());
   auto r = f.cte->ReorganizeOnce();
@@ -435,8 +437,10 @@ TEST_CASE("a reorganizer pass moves no more than its byte budget, hottest blobs 
   REQUIRE(f.cte->SetLifespan(fast, 999999).ok());
   // Blobs 4 and 5 are the hottest, then 2 and 3, then 0 and 1 (7 accesses: heat 7, then 3.5,
   // then 1.75 at the third pass, whose score 0.64 still passes 0.2 + 0.35).
-  for (uint64_t b = 0; b < 6; ++b)
-    for (uint64_t i = 0; i < 6 + 4 * (b / 2); ++i) CHECK(f.Get(9, b, 0, 4096) == Random(MiB, 90 + b).substr(0, 4096));
+  for (uint64_t b = 0; b < 6; ++b) {
+    const std::string head = Random(MiB, 90 + static_cast<uint32_t>(b)).substr(0, 4096);
+    for (uint64_t i = 0; i < 6 + 4 * (b / 2); ++i) CHECK(f.Get(9, b, 0, 4096) == head);
+  }
   std::vector<std::vector<uint64_t>> order = {{4, 5}, {2, 3}, {0, 1}};
   for (size_t pass = 0; pass < 3; ++pass) {
     auto p = f.cte->ReorganizeOnce();
