@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "common/codec.h"
 #include "daemon/config.h"
 #include "placement/cte.h"
 #include "placement/cte_pool.h"
@@ -504,4 +505,54 @@ TEST_CASE("reorganizer keys are validated with errors naming the key") {
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == Code::kInvalidArgument);
   CHECK(bad.status().message().find("score_decay") != std::string::npos);
+}
+
+TEST_CASE("the CTE pool serves SetLifespan, Drain, DrainProgress, Undrain and Reorganize") {
+  Options o;
+  o.with_ram = false;
+  MoveFixture f(o);
+  const uint64_t fast = f.Id("fast"), slow = f.Id("slow");
+  REQUIRE(f.cte->PutBlob(10, 0, 0, Random(MiB, 100)).ok());
+  CtePool pool(std::move(f.cte));
+  Cte* cte = pool.cte();
+  auto call = [&](CteMethod m, const std::string& payload) {
+    return pool.Handle(static_cast<uint32_t>(m), payload);
+  };
+  auto id = [](uint64_t v) { return Encoder().Put<uint64_t>(v).Take(); };
+
+  REQUIRE(call(CteMethod::kSetLifespan, Encoder().Put<uint64_t>(fast).Put<double>(0).Take()).ok());
+  auto stats = cte->ListTiers();
+  for (auto& t : stats)
+    if (t.tier_id == fast) CHECK(t.stats.lifetime_days == 0);
+  CHECK(call(CteMethod::kSetLifespan, Encoder().Put<uint64_t>(fast).Put<double>(-2).Take()).status().code() ==
+        Code::kInvalidArgument);
+  CHECK(call(CteMethod::kSetLifespan, id(fast)).status().code() == Code::kCorruption);  // truncated
+
+  REQUIRE(call(CteMethod::kDrain, id(fast)).ok());
+  auto p = call(CteMethod::kDrainProgress, id(fast));
+  REQUIRE(p.ok());
+  auto progress = DecodeDrainProgress(*p);
+  REQUIRE(progress.ok());
+  CHECK(progress->draining);
+  CHECK(progress->bytes_left == 0);
+  CHECK(progress->moved_bytes == MiB);
+  auto where = cte->LocateBlob(10, 0);
+  REQUIRE(where.ok());
+  REQUIRE(where->size() == 1);
+  CHECK(where->at(0).tier_id == slow);
+  CHECK(call(CteMethod::kDrain, id(777)).status().code() == Code::kNotFound);
+
+  REQUIRE(call(CteMethod::kUndrain, id(fast)).ok());
+  auto after = DecodeDrainProgress(*call(CteMethod::kDrainProgress, id(fast)));
+  REQUIRE(after.ok());
+  CHECK_FALSE(after->draining);
+
+  auto r = call(CteMethod::kReorganize, "");
+  REQUIRE(r.ok());
+  auto rs = DecodeReorganizeStats(*r);
+  REQUIRE(rs.ok());
+  CHECK(rs->budget == 64 * MiB);
+  CHECK(DecodeReorganizeStats("short").status().code() == Code::kCorruption);
+  CHECK(DecodeDrainProgress("").status().code() == Code::kCorruption);
+  f.cte.reset();  // owned by the pool now
 }
