@@ -266,9 +266,17 @@ class Cte {
         reorganize_budget_(c.reorganize_bandwidth * c.reorganize_interval_ms / 1000),
         reorganize_threshold_(c.reorganize_threshold),
         score_decay_(c.score_decay) {}
-  // Counts a read or write of the blob for its score.
+  // Counts a read or write of the blob for its score. A stripe tracks at most
+  // kMaxTrackedPerStripe blobs between two reorganizer passes (which forget cold ones); an
+  // untracked blob scores 0, like a cold one.
+  static constexpr size_t kMaxTrackedPerStripe = 1024;
   static void NoteAccess(Stripe& s, uint64_t tag, uint64_t blob) REQUIRES(s.mu) {
-    ++s.access[{tag, blob}].recent;
+    auto it = s.access.find({tag, blob});
+    if (it == s.access.end()) {
+      if (s.access.size() >= kMaxTrackedPerStripe) return;
+      it = s.access.emplace(std::make_pair(tag, blob), AccessCount{}).first;
+    }
+    ++it->second.recent;
   }
   void ReorganizerLoop();
   Status Recover();
@@ -296,7 +304,8 @@ class Cte {
   Result<uint64_t> DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob);
   // Copies the merged bytes of a blob whose copies are all clean to one new clean copy on
   // tiers_[target], reading and writing without the stripe lock, then swaps it in under the
-  // lock if the index entry is unchanged (*changed = true otherwise, nothing done). A
+  // lock if the index entry is unchanged (*changed = true otherwise, or when the blob has a
+  // dirty copy: nothing done). A
   // persistent target replaces every persistent copy (volatile caches stay unless on
   // `off_tier`); a volatile target adds a cache copy in front. Returns the bytes copied.
   // NoSpace when the target has no room (or its room is reserved for flushes).

@@ -40,9 +40,13 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
     CLIO_ASSIGN_OR_RETURN(before, LoadEntry(tag, blob));
   }
   if (before.copies.empty()) return uint64_t{0};
-  for (const BlobCopy& c : before.copies)
-    if (c.state == CopyState::kDirty)
-      return Internal("blob " + BlobName(tag, blob) + " is dirty; flush it before moving it");
+  // Dirty (written since the caller looked): the caller flushes it or leaves it be.
+  for (const BlobCopy& c : before.copies) {
+    if (c.state == CopyState::kDirty) {
+      *changed = true;
+      return uint64_t{0};
+    }
+  }
   RangeSet all;
   for (const BlobCopy& c : before.copies)
     for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);

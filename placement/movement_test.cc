@@ -251,6 +251,50 @@ TEST_CASE("drain empties a tier while other threads read and write the same blob
   CHECK(f.Where(3, 100) == std::vector<uint64_t>{fast});
 }
 
+TEST_CASE("a file tier drains under RAM writers that keep dirtying the blobs being moved") {
+  MoveFixture f;
+  constexpr uint64_t kBlobs = 8, kSize = 256 * 1024;
+  const uint64_t fast = f.Id("fast");
+  std::vector<std::string> model(kBlobs);
+  REQUIRE(f.cte->SetLifespan(f.Id("ram"), 0).ok());  // the blobs start on the fast tier only
+  for (uint64_t b = 0; b < kBlobs; ++b) {
+    model[b] = Random(kSize, 300 + static_cast<uint32_t>(b));
+    REQUIRE(f.cte->PutBlob(11, b, 0, model[b]).ok());
+  }
+  REQUIRE(f.cte->SetLifespan(f.Id("ram"), 999999).ok());
+  std::atomic<bool> drained{false};
+  std::atomic<uint64_t> ops{0}, bad{0};
+  std::thread w([&] {
+    std::mt19937 g(11);
+    while (!drained.load() || ops.load() < 100) {
+      const uint64_t b = g() % kBlobs, len = 1 + g() % 8192, off = g() % (kSize - len);
+      std::string data = Random(len, g());
+      if (!f.cte->PutBlob(11, b, off, data).ok()) {  // lands dirty in RAM
+        bad.fetch_add(1);
+        continue;
+      }
+      model[b].replace(off, len, data);
+      std::string got(kSize, '?');
+      if (!f.cte->GetBlob(11, b, 0, kSize, got.data()).ok() || got != model[b]) bad.fetch_add(1);
+      ops.fetch_add(1);
+    }
+  });
+  while (ops.load() < 10) std::this_thread::yield();
+  Status s = f.cte->Drain(fast);
+  drained.store(true);
+  w.join();
+  REQUIRE_MESSAGE(s.ok(), s.ToString());
+  CHECK(bad.load() == 0);
+  CHECK(f.Used("fast") == 0);
+  REQUIRE(f.cte->FlushAll().ok());
+  for (uint64_t b = 0; b < kBlobs; ++b) {
+    auto where = f.Where(11, b);
+    CHECK(std::find(where.begin(), where.end(), fast) == where.end());
+    CHECK(f.Get(11, b, 0, kSize) == model[b]);
+  }
+  CHECK(f.Used("fast") == 0);
+}
+
 TEST_CASE("draining a RAM tier flushes its dirty copies and drops its clean caches") {
   MoveFixture f;
   const uint64_t ram = f.Id("ram");
