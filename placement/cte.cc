@@ -20,6 +20,29 @@ constexpr size_t kRecoverPage = 1024;
 
 std::string TierKey(const std::string& name) { return std::string(kTierKeyPrefix) + name; }
 
+// An operator's lifespan and drain mark of a tier, kept across restarts.
+constexpr std::string_view kTierMotionPrefix = "tm/";
+std::string TierMotionKey(const std::string& name) { return std::string(kTierMotionPrefix) + name; }
+
+std::string EncodeTierMotion(double lifespan_days, bool draining) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<double>(lifespan_days).Put<uint8_t>(draining ? 1 : 0);
+  return e.Take();
+}
+
+Status DecodeTierMotion(std::string_view v, double* lifespan_days, bool* draining) {
+  Decoder d(v);
+  uint8_t version = 0, flag = 0;
+  d.Get(&version);
+  d.Get(lifespan_days);
+  d.Get(&flag);
+  CLIO_RETURN_IF_ERROR(d.Finish("tier lifespan record"));
+  if (version != 1 || flag > 1 || !std::isfinite(*lifespan_days) || *lifespan_days < 0)
+    return Corruption("tier lifespan record: unknown version or bad value");
+  *draining = flag == 1;
+  return Status::Ok();
+}
+
 struct TierRecord {
   uint64_t id = 0;
   Persistence persistence = Persistence::kTemporary;
@@ -93,7 +116,20 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
                              "a persistent tier holds no dirty data");
     }
     records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
-    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit});
+    Tier tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit};
+    CLIO_ASSIGN_OR_RETURN(auto motion, kv->Get(TierMotionKey(bc.name)));
+    if (motion) {
+      double days = 0;
+      bool draining = false;
+      Status m = DecodeTierMotion(*motion, &days, &draining);
+      if (!m.ok()) return m.WithContext("tier '" + bc.name + "'");
+      tier.bdev->SetLifespan(days);
+      tier.motion->draining.store(draining);
+      if (draining || days < kDyingLifespanDays)
+        CLIO_LOG_WARN("tier '{}': lifespan {} days{}, as set before the restart", bc.name, days,
+                      draining ? ", draining" : "");
+    }
+    cte->tiers_.push_back(std::move(tier));
   }
   std::stable_sort(cte->tiers_.begin(), cte->tiers_.end(),
                    [](const Tier& a, const Tier& b) { return a.score > b.score; });
@@ -240,7 +276,15 @@ Status Cte::SetLifespan(uint64_t tier_id, double days) {
   if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
   t->bdev->SetLifespan(days);
   CLIO_LOG_INFO("tier '{}': lifespan set to {} days", t->name, days);
-  return Status::Ok();
+  return SaveMotion(*t);
+}
+
+Status Cte::SaveMotion(const Tier& t) {
+  KvBatch batch;
+  batch.Put(TierMotionKey(t.name), EncodeTierMotion(t.bdev->GetStats().lifetime_days, t.motion->draining.load()));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  // An operator's decision: durable when the call returns.
+  return kv_->Sync();
 }
 
 Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {

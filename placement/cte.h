@@ -28,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -182,14 +183,15 @@ class Cte {
   Status TakeFlushError(uint64_t tag);
 
   // Sets the tier's predicted lifetime in days (finite, >= 0; 999999 = healthy), as the
-  // bdev's SetLifespan task does. Not persisted: a restart starts every tier healthy again.
-  // InvalidArgument for a bad value, NotFound for an unknown tier id. Data already on the tier
+  // bdev's SetLifespan task does, and records it in the metadata (durable on return), so a
+  // restart keeps it. InvalidArgument for a bad value, NotFound for an unknown tier id. Data already on the tier
   // stays; Drain() moves it off.
   Status SetLifespan(uint64_t tier_id, double days);
 
   // Moves every blob copy off the tier, so that it holds nothing (BdevStats.used == 0) and can
-  // be removed. The tier is marked draining first and stays marked after the call, successful
-  // or not (Undrain() lifts the mark): nothing new is placed on it. Files stay readable and
+  // be removed. The tier is marked draining first (recorded in the metadata, so a restart
+  // keeps the mark) and stays marked after the call, successful or not (Undrain() lifts the
+  // mark): nothing new is placed on it. Files stay readable and
   // writable meanwhile: each copy is read and written to its new tier without the blob's lock,
   // and swapped in under the lock only if the blob's index entry is unchanged (else retried).
   // Dirty copies are flushed first (to a healthy persistent tier); clean copies on a volatile
@@ -204,13 +206,13 @@ class Cte {
   // Lifts a drain mark: placement may use the tier again (its lifespan permitting).
   Status Undrain(uint64_t tier_id);
 
-  // One reorganizer pass (the background thread runs one every reorganize_interval_ms when
-  // `reorganize` is set): folds the access counts into scores, then promotes hot blobs
+  // One reorganizer pass, unpaced (the background thread runs a paced one every
+  // reorganize_interval_ms when `reorganize` is set): folds the access counts into scores, then promotes hot blobs
   // (hottest first) and demotes cold ones (coldest first) while the pass's byte budget lasts.
   // Blobs with dirty copies are left to the flusher. Moves use the same copy-and-swap as
   // Drain(): readers and writers of a moving blob are never blocked for the copy. Returns
   // what it did; errors of the metadata store only (a blob that cannot move is skipped).
-  Result<ReorganizeStats> ReorganizeOnce();
+  Result<ReorganizeStats> ReorganizeOnce() { return ReorganizePass(false); }
   // The blob's current score in [0, 1) (from its decayed access count as of the last pass,
   // plus accesses since), for tests and `clioctl`.
   double BlobScore(uint64_t tag, uint64_t blob);
@@ -264,6 +266,7 @@ class Cte {
         dirty_wait_ms_(c.dirty_wait_ms),
         reorganize_interval_ms_(c.reorganize_interval_ms),
         reorganize_budget_(c.reorganize_bandwidth * c.reorganize_interval_ms / 1000),
+        reorganize_bandwidth_(c.reorganize_bandwidth),
         reorganize_threshold_(c.reorganize_threshold),
         score_decay_(c.score_decay) {}
   // Counts a read or write of the blob for its score. A stripe tracks at most
@@ -279,6 +282,12 @@ class Cte {
     ++it->second.recent;
   }
   void ReorganizerLoop();
+  // One reorganizer pass. `paced` (the background thread): after each move, waits until the
+  // pass's bytes so far have taken at least bytes / reorganize_bandwidth seconds, so the
+  // budget is spread over the interval rather than spent in one burst; Stop() cuts the wait.
+  Result<ReorganizeStats> ReorganizePass(bool paced);
+  // Waits until `until` or Stop(); false when stopping.
+  bool ReorganizerWait(std::chrono::steady_clock::time_point until);
   Status Recover();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
   Tier* TierById(uint64_t id);
@@ -287,6 +296,8 @@ class Cte {
   static bool Accepts(const Tier& t);
   static bool AcceptsAt(const Tier& t, double lifetime_days);  // with stats already read
   static bool AcceptsPersistent(const Tier& t) { return !t.is_volatile && Accepts(t); }
+  // Records the tier's lifespan and drain mark in the metadata and syncs it.
+  Status SaveMotion(const Tier& t);
   // Why Accepts() is false, for error messages.
   static std::string Refusal(const Tier& t);
   Result<BlobEntry> LoadEntry(uint64_t tag, uint64_t blob);
@@ -333,6 +344,7 @@ class Cte {
   const uint32_t dirty_wait_ms_;
   const uint32_t reorganize_interval_ms_;
   const uint64_t reorganize_budget_;  // bytes per pass
+  const uint64_t reorganize_bandwidth_;  // bytes per second
   const double reorganize_threshold_;
   const double score_decay_;
   std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open

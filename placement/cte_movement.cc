@@ -191,6 +191,7 @@ Status Cte::Drain(uint64_t tier_id) {
   const size_t tier = TierIndex(t);
   MutexLock m(&move_mu_);
   t.motion->draining.store(true, std::memory_order_release);
+  if (Status sm = SaveMotion(t); !sm.ok()) return sm.WithContext("recording the drain of tier '" + t.name + "'");
   CLIO_LOG_INFO("draining tier '{}' ({} bytes in use)", t.name, t.bdev->GetStats().used);
   auto fail = [&](Status s) {
     CLIO_LOG_WARN("draining tier '{}' stopped: {}", t.name, s.ToString());
@@ -254,7 +255,7 @@ Status Cte::Undrain(uint64_t tier_id) {
   if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
   t->motion->draining.store(false, std::memory_order_release);
   CLIO_LOG_INFO("tier '{}': drain mark lifted", t->name);
-  return Status::Ok();
+  return SaveMotion(*t);
 }
 
 }  // namespace clio

@@ -48,8 +48,10 @@ double Cte::BlobScore(uint64_t tag, uint64_t blob) {
   return ScoreOf(it->second.heat * score_decay_ + it->second.recent);
 }
 
-Result<ReorganizeStats> Cte::ReorganizeOnce() {
+Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
   MutexLock m(&move_mu_);
+  const auto start = std::chrono::steady_clock::now();
+  bool stopping = false;
   ReorganizeStats st;
   st.budget = reorganize_budget_;
   // Fold the accesses since the last pass into the decayed counts, one stripe at a time.
@@ -125,6 +127,7 @@ Result<ReorganizeStats> Cte::ReorganizeOnce() {
   std::stable_sort(down.begin(), down.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
 
   auto move = [&](const Candidate& c, bool promote) {
+    if (stopping) return;
     const Tier& from = tiers_[c.from];
     const Tier& to = tiers_[c.to];
     if (!promote && from.is_volatile) {
@@ -158,6 +161,10 @@ Result<ReorganizeStats> Cte::ReorganizeOnce() {
     }
     st.moved_bytes += *r;
     ++(promote ? st.promoted : st.demoted);
+    if (paced) {
+      const auto due = start + std::chrono::microseconds(st.moved_bytes * 1000000 / reorganize_bandwidth_);
+      stopping = !ReorganizerWait(due);
+    }
   };
   for (const Candidate& c : up) move(c, true);
   for (const Candidate& c : down) move(c, false);
@@ -167,19 +174,22 @@ Result<ReorganizeStats> Cte::ReorganizeOnce() {
   return st;
 }
 
+bool Cte::ReorganizerWait(std::chrono::steady_clock::time_point until) {
+  MutexLock r(&reorg_mu_);
+  while (!reorg_stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return true;
+    reorg_cv_.WaitFor(&reorg_mu_, until - now);
+  }
+  return false;
+}
+
 void Cte::ReorganizerLoop() {
-  while (true) {
-    {
-      MutexLock r(&reorg_mu_);
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(reorganize_interval_ms_);
-      while (!reorg_stop_) {
-        const auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) break;
-        reorg_cv_.WaitFor(&reorg_mu_, deadline - now);
-      }
-      if (reorg_stop_) return;
-    }
-    auto st = ReorganizeOnce();
+  // A pass starts every interval; a paced pass spends at most the interval moving its budget.
+  auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(reorganize_interval_ms_);
+  while (ReorganizerWait(next)) {
+    next = std::chrono::steady_clock::now() + std::chrono::milliseconds(reorganize_interval_ms_);
+    auto st = ReorganizePass(true);
     if (!st.ok()) CLIO_LOG_WARN("reorganizer pass: {}", st.status().ToString());
   }
 }

@@ -53,6 +53,20 @@ struct MoveFixture {
     REQUIRE_MESSAGE(c.ok(), c.status().ToString());
     cte = std::move(c).value();
   }
+  // A clean stop and start of the CTE and the metadata store.
+  Result<std::unique_ptr<Cte>> Reopen() {
+    REQUIRE(cte->Stop().ok());
+    cte.reset();
+    REQUIRE(kv->Close().ok());
+    kv.reset();
+    KvOptions ko;
+    ko.path = dir + "/md";
+    ko.commit_interval_ms = 3600000;
+    auto k = OpenRocksDbKv(ko);
+    REQUIRE(k.ok());
+    kv = std::move(k).value();
+    return Cte::Open(Config(), kv.get());
+  }
   ~MoveFixture() {
     cte.reset();
     kv.reset();
@@ -599,4 +613,44 @@ TEST_CASE("the CTE pool serves SetLifespan, Drain, DrainProgress, Undrain and Re
   CHECK(DecodeReorganizeStats("short").status().code() == Code::kCorruption);
   CHECK(DecodeDrainProgress("").status().code() == Code::kCorruption);
   f.cte.reset();  // owned by the pool now
+}
+
+TEST_CASE("lifespans and drain marks survive a restart; a corrupt record is refused") {
+  Options o;
+  o.with_ram = false;
+  MoveFixture f(o);
+  REQUIRE(f.cte->SetLifespan(f.Id("fast"), 3.5).ok());
+  REQUIRE(f.cte->Drain(f.Id("slow")).ok());  // empty: done at once, but marked
+  auto c = f.Reopen();
+  REQUIRE_MESSAGE(c.ok(), c.status().ToString());
+  f.cte = std::move(c).value();
+  CHECK(f.Tier("fast").stats.lifetime_days == 3.5);
+  CHECK(f.Tier("slow").stats.lifetime_days == 999999);
+  auto p = f.cte->GetDrainProgress(f.Id("slow"));
+  REQUIRE(p.ok());
+  CHECK(p->draining);
+  CHECK_FALSE(f.cte->GetDrainProgress(f.Id("fast"))->draining);
+  // Neither tier takes persistent data now.
+  CHECK(f.cte->PutBlob(12, 0, 0, Random(4096, 120)).code() == Code::kNoSpace);
+
+  REQUIRE(f.cte->Undrain(f.Id("slow")).ok());
+  REQUIRE(f.cte->SetLifespan(f.Id("fast"), 999999).ok());
+  c = f.Reopen();
+  REQUIRE(c.ok());
+  f.cte = std::move(c).value();
+  CHECK(f.Tier("fast").stats.lifetime_days == 999999);
+  CHECK_FALSE(f.cte->GetDrainProgress(f.Id("slow"))->draining);
+  REQUIRE(f.cte->PutBlob(12, 0, 0, Random(4096, 120)).ok());
+  CHECK(f.Where(12, 0) == std::vector<uint64_t>{f.Id("fast")});
+
+  // A record that does not decode stops the start, naming the tier.
+  const std::string fast_name = f.Tier("fast").name;
+  KvBatch bad;
+  bad.Put("tm/" + fast_name, "garbage");
+  REQUIRE(f.kv->Apply(std::move(bad)).ok());
+  c = f.Reopen();
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == Code::kCorruption);
+  CHECK_MESSAGE(c.status().message().find(fast_name) != std::string::npos, c.status().ToString());
+  f.cte.reset();
 }
