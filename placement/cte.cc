@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -265,8 +266,9 @@ bool Cte::AcceptsAt(const Tier& t, double lifetime_days) {
 
 std::string Cte::Refusal(const Tier& t) {
   if (t.motion->draining.load()) return "tier '" + t.name + "' is draining";
-  return "tier '" + t.name + "' is dying (lifespan " + std::to_string(t.bdev->GetStats().lifetime_days) +
-         " days)";
+  char days[32];
+  std::snprintf(days, sizeof days, "%g", t.bdev->GetStats().lifetime_days);
+  return "tier '" + t.name + "' is dying (lifespan " + days + " days)";
 }
 
 Status Cte::SetLifespan(uint64_t tier_id, double days) {
