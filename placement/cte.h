@@ -209,7 +209,8 @@ class Cte {
   // One reorganizer pass, unpaced (the background thread runs a paced one every
   // reorganize_interval_ms when `reorganize` is set): folds the access counts into scores, then promotes hot blobs
   // (hottest first) and demotes cold ones (coldest first) while the pass's byte budget lasts.
-  // Blobs with dirty copies are left to the flusher. Moves use the same copy-and-swap as
+  // Blobs with dirty copies are left to the flusher. Hot blobs are looked up by key; cold
+  // ones are found by a scan of at most 64 Ki index entries per pass, resumed by the next. Moves use the same copy-and-swap as
   // Drain(): readers and writers of a moving blob are never blocked for the copy. Returns
   // what it did; errors of the metadata store only (a blob that cannot move is skipped).
   Result<ReorganizeStats> ReorganizeOnce() { return ReorganizePass(false); }
@@ -360,6 +361,8 @@ class Cte {
   // One mover at a time (Drain, ReorganizeOnce); held across a whole drain or pass. Taken
   // before any stripe lock.
   Mutex move_mu_;
+  // The last blob index key the reorganizer's scan for cold blobs read ("" = from the start).
+  std::string reorg_after_ GUARDED_BY(move_mu_);
 
   // Lock order: move_mu_ -> one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
   // reservations_, dirty_bytes_ and clean_lru_ (leaves). No lock is held while waiting for

@@ -16,6 +16,8 @@ namespace {
 // A decayed count below this is forgotten: the blob scores 0 like one never accessed.
 constexpr double kForgetHeat = 0.01;
 constexpr size_t kScanPage = 1024;
+// Index entries a pass reads looking for cold blobs; the next pass goes on from there.
+constexpr size_t kDemoteScanPerPass = 64 * 1024;
 
 double ScoreOf(double heat) { return heat / (heat + 1); }
 
@@ -72,59 +74,80 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
     }
   }
 
-  // Candidates: every blob whose newest copy sits on a tier its score is far from. The index
-  // entries read here are hints; each move re-checks the entry under the blob's lock.
+  // Candidates: blobs whose newest copy sits on a tier their score is far from. Hot blobs
+  // (promotions) are exactly the ones with a score, looked up one by one; cold ones
+  // (demotions) are found by scanning at most kDemoteScanPerPass index entries, from where the
+  // last pass stopped. The entries read here are hints; each move re-checks the entry under
+  // the blob's lock.
   struct Candidate {
     uint64_t tag, blob, bytes;
     double score;
     size_t from, to;
   };
   std::vector<Candidate> up, down;
-  std::string after;
-  while (true) {
-    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kBlobKeyPrefix, after, kScanPage));
+  auto consider = [&](uint64_t tag, uint64_t blob, const BlobEntry& e, double score, bool promotions) {
+    if (e.copies.empty()) return;
+    if (std::any_of(e.copies.begin(), e.copies.end(),
+                    [](const BlobCopy& c) { return c.state == CopyState::kDirty; }))
+      return;  // the flusher's
+    Tier* cur = TierById(e.copies.front().tier_id);
+    if (!cur) return;
+    const bool promote = score > cur->score + reorganize_threshold_;
+    const bool demote = score < cur->score - reorganize_threshold_;
+    if (promotions ? !promote : !demote) return;
+    if (demote && cur->is_volatile) {
+      // A clean cache on a volatile tier costs nothing while the tier has room, and a write
+      // that finds the tier full evicts caches itself (LRU): drop cold ones only above the
+      // fill at which flushes stop keeping caches.
+      BdevStats bs = cur->bdev->GetStats();
+      if (static_cast<double>(bs.used) < kCacheKeepFill * static_cast<double>(bs.capacity)) return;
+    }
+    // The tier, on the blob's side of its current one, whose score is nearest the blob's.
+    size_t best = tiers_.size();
+    for (size_t ti = 0; ti < tiers_.size(); ++ti) {
+      const Tier& t = tiers_[ti];
+      if (promote ? t.score <= cur->score : t.score >= cur->score) continue;
+      if (!Accepts(t)) continue;
+      if (best == tiers_.size() || std::abs(t.score - score) < std::abs(tiers_[best].score - score)) best = ti;
+    }
+    if (best == tiers_.size()) return;
+    ++st.candidates;
+    (promote ? up : down).push_back(Candidate{tag, blob, e.stored(), score, TierIndex(*cur), best});
+  };
+  for (const auto& [key, score] : scores) {
+    if (score <= reorganize_threshold_) continue;  // cannot pass any tier's score by more
+    CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(BlobKey(key.first, key.second)));
+    if (!v) continue;
+    auto e = DecodeBlobEntry(*v);
+    if (e.ok()) consider(key.first, key.second, *e, score, true);
+  }
+  size_t scanned = 0;
+  while (scanned < kDemoteScanPerPass) {
+    const size_t want = std::min(kScanPage, kDemoteScanPerPass - scanned);
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kBlobKeyPrefix, reorg_after_, want));
+    scanned += page.size();
     for (auto& [key, value] : page) {
-      auto e = DecodeBlobEntry(value);
-      if (!e.ok() || e->copies.empty()) continue;
-      if (std::any_of(e->copies.begin(), e->copies.end(),
-                      [](const BlobCopy& c) { return c.state == CopyState::kDirty; }))
-        continue;  // the flusher's
       uint64_t tag = 0, blob = 0;
       if (!ParseBlobKey(key, &tag, &blob)) continue;
-      Tier* cur = TierById(e->copies.front().tier_id);
-      if (!cur) continue;
+      auto e = DecodeBlobEntry(value);
+      if (!e.ok()) continue;
       auto sc = scores.find({tag, blob});
-      const double score = sc == scores.end() ? 0 : sc->second;
-      const bool promote = score > cur->score + reorganize_threshold_;
-      const bool demote = score < cur->score - reorganize_threshold_;
-      if (!promote && !demote) continue;
-      if (demote && cur->is_volatile) {
-        // A clean cache on a volatile tier costs nothing while the tier has room, and a write
-        // that finds the tier full evicts caches itself (LRU): drop cold ones only above the
-        // fill at which flushes stop keeping caches.
-        BdevStats bs = cur->bdev->GetStats();
-        if (static_cast<double>(bs.used) < kCacheKeepFill * static_cast<double>(bs.capacity)) continue;
-      }
-      // The tier, on the blob's side of its current one, whose score is nearest the blob's.
-      size_t best = tiers_.size();
-      for (size_t ti = 0; ti < tiers_.size(); ++ti) {
-        const Tier& t = tiers_[ti];
-        if (promote ? t.score <= cur->score : t.score >= cur->score) continue;
-        if (!Accepts(t)) continue;
-        if (best == tiers_.size() ||
-            std::abs(t.score - score) < std::abs(tiers_[best].score - score))
-          best = ti;
-      }
-      if (best == tiers_.size()) continue;
-      ++st.candidates;
-      Candidate c{tag, blob, e->stored(), score, TierIndex(*cur), best};
-      (promote ? up : down).push_back(c);
+      consider(tag, blob, *e, sc == scores.end() ? 0 : sc->second, false);
     }
-    if (page.size() < kScanPage) break;
-    after = page.back().first;
+    if (page.size() < want) {
+      reorg_after_.clear();  // the end of the index: the next pass starts over
+      break;
+    }
+    reorg_after_ = page.back().first;
   }
-  std::stable_sort(up.begin(), up.end(), [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
-  std::stable_sort(down.begin(), down.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+  // Hottest first, coldest first; ties in key order, so a pass is deterministic.
+  auto key = [](const Candidate& c) { return std::make_pair(c.tag, c.blob); };
+  std::sort(up.begin(), up.end(), [&](const Candidate& a, const Candidate& b) {
+    return a.score != b.score ? a.score > b.score : key(a) < key(b);
+  });
+  std::sort(down.begin(), down.end(), [&](const Candidate& a, const Candidate& b) {
+    return a.score != b.score ? a.score < b.score : key(a) < key(b);
+  });
 
   auto move = [&](const Candidate& c, bool promote) {
     if (stopping) return;
