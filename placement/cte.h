@@ -328,7 +328,8 @@ class Cte {
   size_t TierIndex(const Tier& t) const { return static_cast<size_t>(&t - tiers_.data()); }
   // Wakes the flusher now (a tier reached its dirty limit).
   void KickFlusher();
-  // Reads the merged view of a blob; requires the blob's stripe lock.
+  // Reads the merged view of a blob; requires the blob's stripe lock, or a check after the
+  // read that the entry did not change (CopyBlobTo).
   Status ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out);
   // Copies a dirty blob to a persistent tier; requires the stripe lock.
   Status FlushBlobLocked(uint64_t tag, uint64_t blob);

@@ -192,6 +192,12 @@ Status Cte::Drain(uint64_t tier_id) {
   MutexLock m(&move_mu_);
   t.motion->draining.store(true, std::memory_order_release);
   if (Status sm = SaveMotion(t); !sm.ok()) return sm.WithContext("recording the drain of tier '" + t.name + "'");
+  // A barrier: every allocation on a tier happens under some blob's stripe lock (a write, a
+  // flush; the reorganizer is kept out by move_mu_), so once each stripe has been taken and
+  // released, every placement that read the tier as open has committed or given up, and every
+  // later one sees the mark. From here on, bytes on the tier are named by the index or about
+  // to be freed by a durable commit.
+  for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
   CLIO_LOG_INFO("draining tier '{}' ({} bytes in use)", t.name, t.bdev->GetStats().used);
   auto fail = [&](Status s) {
     CLIO_LOG_WARN("draining tier '{}' stopped: {}", t.name, s.ToString());
