@@ -76,9 +76,18 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kMkdir:
       d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("create"));
-      return AttrReply(static_cast<FsMethod>(method) == FsMethod::kCreate
-                           ? ns_->Create(parent, name, mode, uid, gid)
-                           : ns_->Mkdir(parent, name, mode, uid, gid));
+      if (static_cast<FsMethod>(method) == FsMethod::kMkdir) {
+        return AttrReply(ns_->Mkdir(parent, name, mode, uid, gid));
+      }
+      {
+        // The new file's attributes, then the directory's as the create left them.
+        InodeAttr dir;
+        CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->Create(parent, name, mode, uid, gid, &dir));
+        Encoder e;
+        EncodeAttr(&e, a);
+        EncodeAttr(&e, dir);
+        return e.Take();
+      }
     case FsMethod::kSymlink:
       d.Get(&parent); d.GetBytes(&name); d.GetBytes(&data); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("symlink"));
@@ -91,8 +100,16 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     case FsMethod::kRmdir:
       d.Get(&parent); d.GetBytes(&name);
       CLIO_RETURN_IF_ERROR(done("unlink"));
-      return Empty(static_cast<FsMethod>(method) == FsMethod::kUnlink ? ns_->Unlink(parent, name)
-                                                                      : ns_->Rmdir(parent, name));
+      if (static_cast<FsMethod>(method) == FsMethod::kRmdir) return Empty(ns_->Rmdir(parent, name));
+      {
+        uint64_t deleted = 0;
+        InodeAttr dir;
+        CLIO_RETURN_IF_ERROR(ns_->Unlink(parent, name, &deleted, &dir));
+        Encoder e;
+        e.Put<uint64_t>(deleted);
+        EncodeAttr(&e, dir);
+        return e.Take();
+      }
     case FsMethod::kRename:
       d.Get(&parent); d.GetBytes(&name); d.Get(&new_parent); d.GetBytes(&new_name); d.Get(&flags);
       CLIO_RETURN_IF_ERROR(done("rename"));
@@ -120,7 +137,13 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       CLIO_RETURN_IF_ERROR(done("release/flush/fsync"));
       switch (static_cast<FsMethod>(method)) {
         case FsMethod::kRelease: return Empty(ns_->Release(ino));
-        case FsMethod::kFlush: return Empty(ns_->Flush(ino));
+        case FsMethod::kFlush: {
+          bool clean = false;
+          CLIO_RETURN_IF_ERROR(ns_->Flush(ino, &clean));
+          Encoder e;
+          e.Put<uint8_t>(clean ? 1 : 0);
+          return e.Take();
+        }
         default: return Empty(ns_->Fsync(ino));
       }
     case FsMethod::kRead:

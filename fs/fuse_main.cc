@@ -5,6 +5,7 @@
 #define FUSE_USE_VERSION 34
 
 #include <fuse3/fuse_lowlevel.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <memory>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -91,10 +93,115 @@ class AbsentXattrCache {
   std::unordered_map<uint64_t, uint8_t> absent_ GUARDED_BY(mu_);
 };
 
+// Files known to have nothing left to flush: a close (FLUSH) of one has no write-back error
+// to report, so it is answered here without a runtime round trip. A file enters when it is
+// created, or when the runtime answers a FLUSH with "clean"; any operation that may change
+// its bytes removes it. An epoch bumped by each such change keeps a FLUSH answer that raced
+// with one from being remembered. Empty after a restart of clio-fuse: every file is asked.
+class KnownCleanFiles {
+ public:
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return clean_.count(ino) != 0;
+  }
+  uint64_t epoch() {
+    MutexLock l(&mu_);
+    return epoch_;
+  }
+  void MarkClean(uint64_t ino, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (clean_.size() >= kMaxEntries) clean_.clear();  // a bound, not an eviction policy
+    clean_.insert(ino);
+  }
+  void Changing(uint64_t ino) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    clean_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 20;
+  Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_set<uint64_t> clean_ GUARDED_BY(mu_);
+};
+
+// Inodes whose last name this mount removed while nobody had them open: they are gone in the
+// runtime. The kernel still sends a SETATTR of their times (writeback-cache mode keeps c/mtime
+// in the kernel and writes them back when it evicts the inode, inside the unlink call); that
+// is answered here (ENOENT, which eviction ignores) instead of costing a round trip.
+// Inode numbers are never reused, so an entry cannot name a newer file; FORGET removes it.
+class DeletedInodes {
+ public:
+  void Add(uint64_t ino) {
+    MutexLock l(&mu_);
+    if (inos_.size() >= kMaxEntries) inos_.clear();  // a bound, not an eviction policy
+    inos_.insert(ino);
+  }
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return inos_.count(ino) != 0;
+  }
+  void Forget(uint64_t ino) {
+    MutexLock l(&mu_);
+    inos_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 16;
+  Mutex mu_;
+  std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
+};
+
+// Directory attributes the runtime returned with a change this mount made (create, unlink).
+// The kernel drops a directory's cached attributes after such a change and asks for them
+// again before the next lookup in it; that GETATTR is answered from here, once. Any other
+// operation that may change the directory removes its entry first, and an epoch keeps an
+// answer that raced with another change from being stored.
+class FreshDirAttrs {
+ public:
+  uint64_t Changing(uint64_t dir) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    attrs_.erase(dir);
+    return epoch_;
+  }
+  void Put(uint64_t dir, const InodeAttr& a, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (attrs_.size() >= kMaxEntries) attrs_.clear();  // a bound, not an eviction policy
+    attrs_[dir] = a;
+  }
+  // A rename may change directories this mount cannot name here (the moved one's ctime).
+  void ChangingAll() {
+    MutexLock l(&mu_);
+    ++epoch_;
+    attrs_.clear();
+  }
+  bool Take(uint64_t dir, InodeAttr* a) {
+    MutexLock l(&mu_);
+    auto it = attrs_.find(dir);
+    if (it == attrs_.end()) return false;
+    *a = it->second;
+    attrs_.erase(it);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1024;
+  Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, InodeAttr> attrs_ GUARDED_BY(mu_);
+};
+
 struct FuseState {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
   AbsentXattrCache absent_xattrs;
+  KnownCleanFiles clean_files;
+  DeletedInodes deleted;
+  FreshDirAttrs dir_attrs;
 };
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
@@ -181,15 +288,28 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 // Inode numbers are stable ids kept by the runtime; the kernel's lookup counts need no
 // bookkeeping here because nothing is cached per inode in this process.
-void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t) {
+  State(req)->deleted.Forget(ino);
+  fuse_reply_none(req);
+}
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  InodeAttr fresh;
+  if (State(req)->dir_attrs.Take(ino, &fresh)) {
+    struct stat st = ToStat(fresh);
+    return (void)fuse_reply_attr(req, &st, g_timeouts.attr);
+  }
   Encoder e;
   e.Put<uint64_t>(ino);
   ReplyAttr(req, Call(req, FsMethod::kGetAttr, e));
 }
 
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  constexpr int kTimesOnly = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+                             FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+  if ((to_set & ~kTimesOnly) == 0 && State(req)->deleted.Has(ino)) {
+    return (void)fuse_reply_err(req, ENOENT);
+  }
   SetAttrRequest r;
   if (to_set & FUSE_SET_ATTR_MODE) r.valid |= kSetMode, r.mode = attr->st_mode;
   if (to_set & FUSE_SET_ATTR_UID) r.valid |= kSetUid, r.uid = attr->st_uid;
@@ -201,6 +321,8 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if (to_set & FUSE_SET_ATTR_MTIME_NOW) r.valid |= kSetMtimeNow;
   else if (to_set & FUSE_SET_ATTR_MTIME)
     r.valid |= kSetMtime, r.mtime_ns = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
+  if (r.valid & kSetSize) State(req)->clean_files.Changing(ino);  // truncation rewrites a chunk
+  State(req)->dir_attrs.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino);
   EncodeSetAttr(&e, r);
@@ -216,6 +338,7 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 }
 
 void MakeNode(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name, mode_t mode) {
+  State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
@@ -228,6 +351,7 @@ void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).PutBytes(link).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
@@ -235,15 +359,32 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 }
 
 void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.ChangingAll();  // rmdir: the parent, and the removed directory
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name);
   ReplyStatus(req, Call(req, m, e));
 }
-void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kUnlink, parent, name); }
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  FuseState* st = State(req);
+  const uint64_t epoch = st->dir_attrs.Changing(parent);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  auto r = Call(req, FsMethod::kUnlink, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint64_t gone = 0;
+  InodeAttr dir;
+  if (d.Get(&gone) && DecodeAttr(&d, &dir) && d.Finish("unlink").ok()) {
+    if (gone != 0) st->deleted.Add(gone);
+    st->dir_attrs.Put(parent, dir, epoch);
+  }
+  fuse_reply_err(req, 0);
+}
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kRmdir, parent, name); }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
+  State(req)->dir_attrs.ChangingAll();
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
   ReplyStatus(req, Call(req, FsMethod::kRename, e));
@@ -257,25 +398,34 @@ void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
+  const uint64_t epoch = State(req)->dir_attrs.Changing(parent);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
       .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
   auto r = Call(req, FsMethod::kCreate, e);
   if (!r.ok()) return ReplyErr(req, r.status());
-  InodeAttr a;
-  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  InodeAttr a, dir;
+  Decoder d(*r);
+  if (!DecodeAttr(&d, &a) || !DecodeAttr(&d, &dir) || !d.Finish("create").ok()) {
+    ReleaseQuietly(req, a.ino);
+    return (void)fuse_reply_err(req, EIO);
+  }
+  State(req)->dir_attrs.Put(parent, dir, epoch);
   fuse_entry_param ent = ToEntry(a);
   fi->keep_cache = 1;
   // A new file has no attributes (an inherited default ACL arrives by setxattr, through us).
   {
     AbsentXattrCache& c = State(req)->absent_xattrs;
     c.MarkAbsent(a.ino, AbsentXattrCache::kAll, c.epoch());
+    KnownCleanFiles& k = State(req)->clean_files;
+    k.MarkClean(a.ino, k.epoch());  // nothing written yet
   }
   // If the caller was interrupted the kernel never sends release: undo the open here.
   if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (fi->flags & O_TRUNC) State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
   auto r = Call(req, FsMethod::kOpen, e);
@@ -293,6 +443,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
+  State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
   auto r = Call(req, FsMethod::kWrite, e);
@@ -308,7 +459,19 @@ void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
   e.Put<uint64_t>(ino);
   ReplyStatus(req, Call(req, m, e));
 }
-void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kFlush, ino); }
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  KnownCleanFiles& known = State(req)->clean_files;
+  if (known.Has(ino)) return (void)fuse_reply_err(req, 0);
+  const uint64_t epoch = known.epoch();
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  auto r = Call(req, FsMethod::kFlush, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint8_t clean = 0;
+  if (d.Get(&clean) && d.Finish("flush").ok() && clean == 1) known.MarkClean(ino, epoch);
+  fuse_reply_err(req, 0);
+}
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kRelease, ino); }
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
 // Directory entries are metadata; fsync of a directory commits the metadata.
@@ -413,12 +576,15 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  State(req)->dir_attrs.Changing(newparent);
+  State(req)->dir_attrs.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint64_t>(newparent).PutBytes(newname);
   ReplyEntry(req, Call(req, FsMethod::kLink, e));
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777))
@@ -427,6 +593,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  State(req)->dir_attrs.Changing(ino);
   if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
@@ -460,6 +627,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  State(req)->dir_attrs.Changing(ino);
   if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(name);
@@ -468,6 +636,7 @@ void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, fuse_file_info*) {
   if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(mode)).Put<uint64_t>(static_cast<uint64_t>(offset))
       .Put<uint64_t>(static_cast<uint64_t>(length));

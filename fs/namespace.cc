@@ -156,7 +156,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
 
 Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, uint32_t mode,
                                       uint32_t uid, uint32_t gid, std::string_view target,
-                                      uint64_t rdev) {
+                                      uint64_t rdev, InodeAttr* dir_out) {
   CLIO_RETURN_IF_ERROR(ValidateName(name));
   CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(parent));
   if (dir.nlink == 0) return NotFound("directory was removed");
@@ -191,13 +191,15 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   b.Put(std::string(kNextInoKey), n.Take());
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
   ++next_ino_;
+  if (dir_out != nullptr) *dir_out = dir;
   return a;
 }
 
 Result<InodeAttr> Namespace::Create(uint64_t parent, std::string_view name, uint32_t mode,
-                                    uint32_t uid, uint32_t gid) {
+                                    uint32_t uid, uint32_t gid, InodeAttr* parent_attr) {
   MutexLock l(&mu_);
-  CLIO_ASSIGN_OR_RETURN(InodeAttr a, MakeNode(parent, name, S_IFREG | (mode & 07777), uid, gid, {}));
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, MakeNode(parent, name, S_IFREG | (mode & 07777), uid, gid,
+                                              {}, 0, parent_attr));
   ++open_counts_[a.ino];
   return a;
 }

@@ -37,8 +37,10 @@ class Namespace {
   Result<InodeAttr> Lookup(uint64_t parent, std::string_view name);
   Result<InodeAttr> GetAttr(uint64_t ino);
   Result<InodeAttr> SetAttr(uint64_t ino, const SetAttrRequest& req);
-  // Creates a regular file and opens it (Release() closes it).
-  Result<InodeAttr> Create(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid);
+  // Creates a regular file and opens it (Release() closes it). `parent_attr` (when given)
+  // receives the directory's attributes as this change left them.
+  Result<InodeAttr> Create(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                           uint32_t gid, InodeAttr* parent_attr = nullptr);
   Result<InodeAttr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid);
   Result<InodeAttr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
                             uint32_t uid, uint32_t gid);
@@ -48,7 +50,11 @@ class Namespace {
                           uint32_t uid, uint32_t gid);
   // A new name for a non-directory inode; NotPermitted for directories.
   Result<InodeAttr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
-  Status Unlink(uint64_t parent, std::string_view name);
+  // Removes a name of a non-directory. `deleted_ino` (when given) is set to the inode's number
+  // when that was its last name and no one has it open (the inode is gone), else 0;
+  // `parent_attr` (when given) receives the directory's attributes as this change left them.
+  Status Unlink(uint64_t parent, std::string_view name, uint64_t* deleted_ino = nullptr,
+                InodeAttr* parent_attr = nullptr);
   Status Rmdir(uint64_t parent, std::string_view name);
   // flags: RENAME_NOREPLACE, RENAME_EXCHANGE (atomically swaps two existing names).
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
@@ -66,7 +72,9 @@ class Namespace {
   // Data on a persistent tier and metadata durable.
   Status Fsync(uint64_t ino);
   // Reports a background flush failure of this file (close()).
-  Status Flush(uint64_t ino);
+  // close(): a pending write-back error of the file. `clean` (when given) is set when the file
+  // has no bytes left to flush, so no later error can arise from what was written so far.
+  Status Flush(uint64_t ino, bool* clean = nullptr);
   FsStatfs Statfs();
 
   // Extended attributes (ns_xattr.cc). flags: XATTR_CREATE, XATTR_REPLACE.
@@ -92,7 +100,8 @@ class Namespace {
   Result<InodeAttr> LoadDir(uint64_t ino);
   Result<std::pair<uint64_t, uint32_t>> LoadDentry(uint64_t parent, std::string_view name);
   Result<InodeAttr> MakeNode(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
-                             uint32_t gid, std::string_view symlink_target, uint64_t rdev = 0) REQUIRES(mu_);
+                             uint32_t gid, std::string_view symlink_target, uint64_t rdev = 0,
+                             InodeAttr* dir_out = nullptr) REQUIRES(mu_);
   Status Exchange(uint64_t parent, std::string_view name, uint64_t new_parent,
                   std::string_view new_name) REQUIRES(mu_);
   // Adds deletes of every extended attribute of `ino` to `batch`.

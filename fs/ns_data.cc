@@ -120,7 +120,12 @@ Status Namespace::Fsync(uint64_t ino) {
   return kv_->Sync();
 }
 
-Status Namespace::Flush(uint64_t ino) { return cte_->TakeFlushError(ino); }
+Status Namespace::Flush(uint64_t ino, bool* clean) {
+  bool dirty = true;
+  Status s = cte_->TakeFlushError(ino, &dirty);
+  if (clean != nullptr) *clean = s.ok() && !dirty;
+  return s;
+}
 
 Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64_t len) {
   if (len == 0) return InvalidArgument("fallocate of zero bytes");

@@ -49,8 +49,10 @@ Status Namespace::DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) 
   return Status::Ok();
 }
 
-Status Namespace::Unlink(uint64_t parent, std::string_view name) {
+Status Namespace::Unlink(uint64_t parent, std::string_view name, uint64_t* deleted_ino,
+                         InodeAttr* parent_attr) {
   uint64_t drop_data = 0;
+  if (deleted_ino != nullptr) *deleted_ino = 0;
   {
     MutexLock l(&mu_);
     CLIO_ASSIGN_OR_RETURN(InodeAttr dir, LoadDir(parent));
@@ -65,7 +67,9 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name) {
     CLIO_RETURN_IF_ERROR(DropLink(victim, &b, &del));
     CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
     if (del) drop_data = victim.ino;
+    if (parent_attr != nullptr) *parent_attr = dir;
   }
+  if (deleted_ino != nullptr) *deleted_ino = drop_data;
   // The name is gone atomically; the data goes after (a crash in between leaves blobs of a
   // deleted inode, which are unreachable and read by nobody).
   return drop_data ? DeleteFileData(drop_data) : Status::Ok();

@@ -349,15 +349,8 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
     uint64_t have = in_place ? TotalSize(e.copies.front().extents) : 0;
     if (end > have) {
       // A direct write to a persistent tier may not take room reserved for flushes.
-      if (!t.is_volatile) {
-        Status h = reservations_->Hold(end - have);
-        if (!h.ok()) {
-          last = h.WithContext("tier '" + t.name + "'");
-          continue;
-        }
-      }
-      auto a = t.bdev->Allocate(end - have);
-      if (!t.is_volatile) reservations_->Unhold(end - have);
+      auto a = t.is_volatile ? t.bdev->Allocate(end - have)
+                             : reservations_->AllocateDirect(t.bdev.get(), end - have);
       if (!a.ok()) {
         if (a.status().code() != Code::kNoSpace) return done(a.status().WithContext("tier '" + t.name + "'"));
         if (t.is_volatile && !evicted[ti] && clean_lru_.Count(tid) > 0)

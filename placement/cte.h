@@ -179,8 +179,9 @@ class Cte {
   Status FlushTag(uint64_t tag);
   // Flushes every dirty blob (clean stop).
   Status FlushAll();
-  // A pending background flush error of this tag, cleared by the call (for close()).
-  Status TakeFlushError(uint64_t tag);
+  // A pending background flush error of this tag, cleared by the call (for close()). When
+  // `dirty` is given it is set to whether the tag still has blobs not yet flushed.
+  Status TakeFlushError(uint64_t tag, bool* dirty = nullptr);
 
   // Sets the tier's predicted lifetime in days (finite, >= 0; 999999 = healthy), as the
   // bdev's SetLifespan task does, and records it in the metadata (durable on return), so a

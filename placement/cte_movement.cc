@@ -56,12 +56,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
   CLIO_RETURN_IF_ERROR(ReadMerged(before, 0, size, buf.data()));
 
   // A persistent target may not take room reserved for dirty blobs' flushes.
-  if (!t.is_volatile) {
-    Status h = reservations_->Hold(size);
-    if (!h.ok()) return h.WithContext("tier '" + t.name + "'");
-  }
-  auto a = t.bdev->Allocate(size);
-  if (!t.is_volatile) reservations_->Unhold(size);
+  auto a = t.is_volatile ? t.bdev->Allocate(size) : reservations_->AllocateDirect(t.bdev.get(), size);
   if (!a.ok()) return a.status().WithContext("tier '" + t.name + "'");
   BlobCopy fresh;
   fresh.tier_id = tid;

@@ -44,7 +44,8 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
   for (Tier& t : tiers_) {
     if (!AcceptsPersistent(t)) continue;
-    auto a = t.bdev->Allocate(size);
+    uint64_t spent = 0;  // the blob's reservation, spent by this allocation
+    auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
     if (!a.ok()) {
       last = a.status().WithContext("flushing to tier '" + t.name + "'");
       if (a.status().code() == Code::kNoSpace) continue;
@@ -60,6 +61,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
       Status w = t.bdev->Write(p.extents, r.begin, std::string_view(buf).substr(r.begin, r.end - r.begin));
       if (!w.ok()) {
         (void)t.bdev->Free(p.extents);
+        reservations_->RestoreBlob(tag, blob, spent);
         return w.WithContext("flushing to tier '" + t.name + "'");
       }
     }
@@ -100,6 +102,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     Status s = kv_->Apply(std::move(batch));
     if (!s.ok()) {
       (void)t.bdev->Free(next.copies.back().extents);
+      reservations_->RestoreBlob(tag, blob, spent);
       return s;
     }
     // Volatile copies die with the process anyway: their room is reusable at once (every
@@ -143,8 +146,12 @@ Status Cte::FlushTag(uint64_t tag) {
   return first;
 }
 
-Status Cte::TakeFlushError(uint64_t tag) {
+Status Cte::TakeFlushError(uint64_t tag, bool* dirty) {
   MutexLock d(&dirty_mu_);
+  if (dirty != nullptr) {
+    auto first = dirty_.lower_bound({tag, 0});
+    *dirty = first != dirty_.end() && first->first == tag;
+  }
   for (auto it = flush_errors_.begin(); it != flush_errors_.end(); ++it) {
     if (it->first == tag) {
       Status s = it->second;

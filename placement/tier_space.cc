@@ -71,8 +71,8 @@ void FlushReservations::RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes)
 
 void FlushReservations::ReleaseBlob(uint64_t tag, uint64_t blob) { RestoreBlob(tag, blob, 0); }
 
-Status FlushReservations::Hold(uint64_t bytes) {
-  if (!enabled() || bytes == 0) return Status::Ok();
+Result<ExtentList> FlushReservations::AllocateDirect(Bdev* b, uint64_t bytes) {
+  if (!enabled() || bytes == 0) return b->Allocate(bytes);
   MutexLock l(&mu_);
   const uint64_t want = AllocationFootprint(bytes, min_class_);
   const uint64_t avail = AvailableLocked();
@@ -80,14 +80,21 @@ Status FlushReservations::Hold(uint64_t bytes) {
     return NoSpace("the persistent tiers have " + std::to_string(avail) + " bytes free after " +
                    std::to_string(reserved_) + " bytes reserved for dirty data; " +
                    std::to_string(want) + " needed");
-  reserved_ += want;
-  return Status::Ok();
+  return b->Allocate(bytes);
 }
 
-void FlushReservations::Unhold(uint64_t bytes) {
-  if (!enabled() || bytes == 0) return;
+Result<ExtentList> FlushReservations::AllocateFlush(uint64_t tag, uint64_t blob, Bdev* b,
+                                                    uint64_t bytes, uint64_t* spent) {
+  *spent = 0;
   MutexLock l(&mu_);
-  reserved_ -= AllocationFootprint(bytes, min_class_);
+  CLIO_ASSIGN_OR_RETURN(ExtentList got, b->Allocate(bytes));
+  auto it = by_blob_.find({tag, blob});
+  if (it != by_blob_.end()) {
+    *spent = it->second;
+    reserved_ -= it->second;
+    by_blob_.erase(it);
+  }
+  return got;
 }
 
 uint64_t FlushReservations::reserved() const {

@@ -14,7 +14,8 @@
 //
 // Thread safety: every method may be called concurrently. Each class has one mutex, taken
 // last: callers may hold a blob's stripe lock and the CTE's dirty_mu_, and nothing here calls
-// out while holding it except Bdev::GetStats (which takes only the bdev's own locks).
+// out while holding it except Bdev::GetStats and, in AllocateDirect/AllocateFlush,
+// Bdev::Allocate (which take only the bdev's own locks).
 #pragma once
 
 #include <chrono>
@@ -55,11 +56,15 @@ class FlushReservations {
   // Drops the reservation of (tag, blob), if any.
   void ReleaseBlob(uint64_t tag, uint64_t blob);
 
-  // Holds room for a direct write of `bytes` to a persistent tier, so that write cannot take
-  // room a dirty blob's flush counts on. NoSpace as for ReserveBlob. Unhold once the write has
-  // allocated (or failed to).
-  Status Hold(uint64_t bytes);
-  void Unhold(uint64_t bytes);
+  // Allocates `bytes` on the persistent tier `b` for a direct write, unless that would take
+  // room a dirty blob's flush counts on (NoSpace as for ReserveBlob). The check and the
+  // allocation are one step: no concurrent check sees the room both allocated and free.
+  Result<ExtentList> AllocateDirect(Bdev* b, uint64_t bytes);
+  // Allocates the flushed copy of (tag, blob) on the persistent tier `b` and spends the blob's
+  // reservation in the same step (a concurrent check never counts both). *spent receives what
+  // was reserved, for RestoreBlob if the flush fails afterwards.
+  Result<ExtentList> AllocateFlush(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes,
+                                   uint64_t* spent);
 
   uint64_t reserved() const;
   bool enabled() const { return !persistent_.empty(); }
@@ -74,7 +79,7 @@ class FlushReservations {
 
   mutable Mutex mu_;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_blob_ GUARDED_BY(mu_);
-  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // sum of by_blob_ plus holds
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // sum of by_blob_
 };
 
 class DirtyLedger {

@@ -33,7 +33,9 @@ class GcsStore final : public StoreBase {
           return Build("POST", "/storage/v1/b?project=" + Enc(settings_.project_id), body,
                        {{"Content-Type", "application/json"}});
         }));
-    if (post.status == 200 || post.status == 409) {
+    // 409 is also "the name is taken by someone else": only "you already own it" is success.
+    if (post.status == 200 ||
+        (post.status == 409 && post.body.find("already own") != std::string::npos)) {
       CLIO_LOG_INFO("gcs: bucket '{}' ready in project {}", location_.bucket, settings_.project_id);
       return Status::Ok();
     }

@@ -213,7 +213,11 @@ std::string StoreBase::Failure(std::string_view op, const std::string& key,
 
 Status StoreBase::HttpError(std::string_view op, const std::string& key,
                             const http::Response& r) const {
-  const std::string m = Failure(op, key, r);
+  std::string m = Failure(op, key, r);
+  // A bucket in another region answers 301 (or 400) with no body to speak of, but says where.
+  if (const std::string region = r.Header("x-amz-bucket-region"); !region.empty()) {
+    m += " (the bucket is in region " + region + "; set AWS_DEFAULT_REGION)";
+  }
   if (r.status == 401 || r.status == 403) return PermissionDenied(m);
   if (r.status == 404) return NotFound(m);
   if (r.status >= 400 && r.status < 500) return InvalidArgument(m);

@@ -69,6 +69,14 @@ TEST_CASE("s3 store: round trip, ranges, delete") {
   // Keep-alive: all of that over very few connections.
   CHECK(store->Stats().connections <= 2);
   CHECK(store->Stats().requests >= 15);
+  if (srv.standin) {
+    // Counted by the server too: Poco could reconnect inside one session unseen by the client.
+    auto stats = srv.proc->Admin("GET", "/_admin/stats");
+    REQUIRE(stats.ok());
+    const auto j = nlohmann::json::parse(stats->body);
+    CHECK(j.at("api_connections").get<int>() <= 2);
+    CHECK(j.at("requests").get<int>() >= 15);
+  }
 }
 
 TEST_CASE("s3 store: bucket creation rules") {
@@ -129,6 +137,30 @@ TEST_CASE("s3 store: credentials") {
     auto store = MustOpenS3(srv, "credbucket", bad);
     CHECK(store->EnsureBucket(true).code() == Code::kPermissionDenied);
   }
+}
+
+TEST_CASE("s3 store: a bucket in another region is named in the error") {
+  if (UseS3rver()) return;  // s3rver has no regions
+  TempDir dir;
+  auto srv = StartS3Standin(dir, "", {"--region", "eu-west-3"});
+  REQUIRE(srv->running());
+  S3Settings s;
+  s.access_key = kTestAccessKey;
+  s.secret_key = kTestSecretKey;
+  s.endpoint = srv->url();
+  s.allow_bucket_create = true;  // region us-east-1: the signature is scoped to it
+  auto loc = ParseObjectLocation("elsewhere", "s3");
+  REQUIRE(loc.ok());
+  auto store = OpenS3Store(*loc, s, FastRetries());
+  REQUIRE(store.ok());
+  Status e = (*store)->EnsureBucket(true);
+  CHECK_FALSE(e.ok());
+  CHECK_MESSAGE(e.message().find("region eu-west-3") != std::string::npos, e.ToString());
+  CHECK(e.message().find("AWS_DEFAULT_REGION") != std::string::npos);
+  s.region = "eu-west-3";
+  auto right = OpenS3Store(*loc, s, FastRetries());
+  REQUIRE(right.ok());
+  REQUIRE((*right)->EnsureBucket(true).ok());
 }
 
 TEST_CASE("s3 store: session token") {
@@ -250,6 +282,9 @@ TEST_CASE("gcs store: bearer token, round trip, bucket rules") {
   REQUIRE((*store)->Put("pre/x", "abc").ok());
   CHECK((*store)->GetAll("pre/x")->value() == "abc");
   CHECK((*store)->Stats().connections <= 2);
+  auto gstats = srv->Admin("GET", "/_admin/stats");
+  REQUIRE(gstats.ok());
+  CHECK(nlohmann::json::parse(gstats->body).at("api_connections").get<int>() <= 2);
 
   s.token = "wrong";
   auto bad = OpenGcsStore(*loc, s, FastRetries());

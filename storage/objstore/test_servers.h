@@ -149,7 +149,8 @@ inline constexpr char kTestGcsToken[] = "ya29.clio-test-token";
 
 // The S3 stand-in with the test credentials (and a session token when given).
 inline std::unique_ptr<ServerProcess> StartS3Standin(const TempDir& dir,
-                                                     const std::string& session_token = "") {
+                                                     const std::string& session_token = "",
+                                                     const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {"python3", SourceDir() + "/tests/objstore/s3_server.py",
                                    "--port", "0", "--port-file", dir.File("s3.port"),
                                    "--access-key", kTestAccessKey, "--secret-key", kTestSecretKey,
@@ -158,6 +159,7 @@ inline std::unique_ptr<ServerProcess> StartS3Standin(const TempDir& dir,
     argv.push_back("--session-token");
     argv.push_back(session_token);
   }
+  argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<ServerProcess>(argv, dir.File("s3.port"));
 }
 

@@ -68,7 +68,8 @@ class GcsHandler(StandinHandler):
             return self.fail(400, "required", "the bucket name is required")
         with self.server.data_lock:
             if name in self.server.buckets:
-                return self.fail(409, "conflict", f"bucket {name} already exists")
+                return self.fail(409, "conflict", "Your previous request to create the named "
+                                 "bucket succeeded and you already own it.")
             self.server.buckets[name] = {}
         self.answer_json(200, {"kind": "storage#bucket", "name": name,
                                "projectNumber": params["project"]})

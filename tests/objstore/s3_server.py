@@ -30,9 +30,9 @@ class S3Handler(StandinHandler):
             "</Code><Message>" + sx.escape(message) + "</Message><RequestId>standin</RequestId>"
             "</Error>")
 
-    def fail(self, status, code, message, resource=""):
+    def fail(self, status, code, message, resource="", headers=None):
         ctype, body = self.error_body(status, code, message + (f" ({resource})" if resource else ""))
-        self.answer(status, body, content_type=ctype)
+        self.answer(status, body, headers, content_type=ctype)
 
     def handle_api(self, method, body):
         srv = self.server
@@ -41,7 +41,10 @@ class S3Handler(StandinHandler):
         except sigv4.AuthError as e:
             with srv.stats.lock:
                 srv.stats.auth_failures += 1
-            self.fail(e.status, e.code, e.message)
+            # As S3 does, an answer to a request for the wrong region says the right one.
+            extra = {"x-amz-bucket-region": srv.region} \
+                if e.code == "AuthorizationHeaderMalformed" else None
+            self.fail(e.status, e.code, e.message, headers=extra)
             return
         if srv.session_token is not None:
             token = self.headers.get("x-amz-security-token")

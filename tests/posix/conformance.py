@@ -637,6 +637,16 @@ def g_open(t):
         eq(stat.S_IMODE(st.st_mode), 0o640, "mode of a file created with 0640 (umask 0)")
         eq(st.st_size, 0, "size of a new file")
         eq((st.st_uid, st.st_gid), (os.geteuid(), os.getegid()), "uid/gid of a new file")
+    with t.case("creat_updates_parent_times"):
+        # Twice in a row: the second create must see the times the first one left.
+        for i in range(2):
+            set_old_times(t.dir)
+            b = os.stat(t.dir)
+            os.close(os.open(t.p(f"pc{i}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            a = os.stat(t.dir)
+            check_updated(b, a, ["st_mtime", "st_ctime"], "create (parent)")
+            ok(f"pc{i}" in os.listdir(t.dir), "created name listed")
+            eq(os.stat(t.dir).st_mtime_ns, a.st_mtime_ns, "parent mtime stable after create")
     with t.case("creat_mode_readonly_fd_writable"):
         # O_CREAT with mode 0444 still gives a writable fd for this open
         fd = os.open(t.p("ro"), os.O_RDWR | os.O_CREAT, 0o444)
@@ -1165,6 +1175,9 @@ def g_unlink(t):
             os.pwrite(fd, b"more", len(payload))
             eq(os.fstat(fd).st_size, len(payload) + 4, "size after writing to an unlinked file")
             eq(os.pread(fd, 4, len(payload)), b"more", "read back a write made after unlink")
+            # times of an unlinked but open file can still be set
+            os.utime(fd, ns=(1_000_000_000, 2_000_000_000))
+            eq(os.fstat(fd).st_mtime_ns, 2_000_000_000, "futimens on an unlinked open file")
             # the name can be reused while the old file is open
             write_file(f, b"new file")
             eq(read_file(f), b"new file", "new file under a reused name")
