@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -18,6 +20,29 @@ constexpr std::string_view kTierKeyPrefix = "t/";
 constexpr size_t kRecoverPage = 1024;
 
 std::string TierKey(const std::string& name) { return std::string(kTierKeyPrefix) + name; }
+
+// An operator's lifespan and drain mark of a tier, kept across restarts.
+constexpr std::string_view kTierMotionPrefix = "tm/";
+std::string TierMotionKey(const std::string& name) { return std::string(kTierMotionPrefix) + name; }
+
+std::string EncodeTierMotion(double lifespan_days, bool draining) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<double>(lifespan_days).Put<uint8_t>(draining ? 1 : 0);
+  return e.Take();
+}
+
+Status DecodeTierMotion(std::string_view v, double* lifespan_days, bool* draining) {
+  Decoder d(v);
+  uint8_t version = 0, flag = 0;
+  d.Get(&version);
+  d.Get(lifespan_days);
+  d.Get(&flag);
+  CLIO_RETURN_IF_ERROR(d.Finish("tier lifespan record"));
+  if (version != 1 || flag > 1 || !std::isfinite(*lifespan_days) || *lifespan_days < 0)
+    return Corruption("tier lifespan record: unknown version or bad value");
+  *draining = flag == 1;
+  return Status::Ok();
+}
 
 struct TierRecord {
   uint64_t id = 0;
@@ -57,6 +82,7 @@ struct Cte::TierLifetime {
 
 Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
+  if (auto bad = MovementConfigError(config)) return InvalidArgument(bad->first + ": " + bad->second);
   std::unique_ptr<Cte> cte(new Cte(kv, config));
   cte->lifetime_ = std::make_shared<TierLifetime>();
   KvBatch records;
@@ -91,7 +117,20 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
                              "a persistent tier holds no dirty data");
     }
     records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
-    cte->tiers_.push_back(Tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit});
+    Tier tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit};
+    CLIO_ASSIGN_OR_RETURN(auto motion, kv->Get(TierMotionKey(bc.name)));
+    if (motion) {
+      double days = 0;
+      bool draining = false;
+      Status m = DecodeTierMotion(*motion, &days, &draining);
+      if (!m.ok()) return m.WithContext("tier '" + bc.name + "'");
+      tier.bdev->SetLifespan(days);
+      tier.motion->draining.store(draining);
+      if (draining || days < kDyingLifespanDays)
+        CLIO_LOG_WARN("tier '{}': lifespan {} days{}, as set before the restart", bc.name, days,
+                      draining ? ", draining" : "");
+    }
+    cte->tiers_.push_back(std::move(tier));
   }
   std::stable_sort(cte->tiers_.begin(), cte->tiers_.end(),
                    [](const Tier& a, const Tier& b) { return a.score > b.score; });
@@ -107,7 +146,11 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
     else
       persistent.push_back(t.bdev.get());
   }
-  cte->reservations_ = std::make_unique<FlushReservations>(persistent);
+  cte->reservations_ = std::make_unique<FlushReservations>(
+      persistent, [c = cte.get()](const Bdev& b, const BdevStats& s) {
+        Tier* t = c->TierById(b.tier_id());
+        return t && !t->is_volatile && AcceptsAt(*t, s.lifetime_days);
+      });
   {
     MutexLock l(&cte->lifetime_->mu);
     cte->lifetime_->persistent = persistent;
@@ -121,6 +164,7 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
     return Status::Ok();
   });
   cte->flusher_ = std::thread([c = cte.get()] { c->FlusherLoop(); });
+  if (config.reorganize) cte->reorganizer_ = std::thread([c = cte.get()] { c->ReorganizerLoop(); });
   return cte;
 }
 
@@ -213,6 +257,38 @@ Cte::Tier* Cte::TierById(uint64_t id) {
   return nullptr;
 }
 
+bool Cte::Accepts(const Tier& t) { return AcceptsAt(t, t.bdev->GetStats().lifetime_days); }
+
+bool Cte::AcceptsAt(const Tier& t, double lifetime_days) {
+  if (t.motion->draining.load(std::memory_order_acquire)) return false;
+  return lifetime_days >= (t.is_volatile ? kDeadLifespanDays : kDyingLifespanDays);
+}
+
+std::string Cte::Refusal(const Tier& t) {
+  if (t.motion->draining.load()) return "tier '" + t.name + "' is draining";
+  char days[32];
+  std::snprintf(days, sizeof days, "%g", t.bdev->GetStats().lifetime_days);
+  return "tier '" + t.name + "' is dying (lifespan " + days + " days)";
+}
+
+Status Cte::SetLifespan(uint64_t tier_id, double days) {
+  if (!std::isfinite(days) || days < 0)
+    return InvalidArgument("lifespan must be a finite number of days >= 0, not " + std::to_string(days));
+  Tier* t = TierById(tier_id);
+  if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
+  t->bdev->SetLifespan(days);
+  CLIO_LOG_INFO("tier '{}': lifespan set to {} days", t->name, days);
+  return SaveMotion(*t);
+}
+
+Status Cte::SaveMotion(const Tier& t) {
+  KvBatch batch;
+  batch.Put(TierMotionKey(t.name), EncodeTierMotion(t.bdev->GetStats().lifetime_days, t.motion->draining.load()));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  // An operator's decision: durable when the call returns.
+  return kv_->Sync();
+}
+
 Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(BlobKey(tag, blob)));
   if (!v) return BlobEntry{};
@@ -262,7 +338,11 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   for (size_t ti = 0; ti < tiers_.size(); ++ti) {
     Tier& t = tiers_[ti];
     if (skip[ti]) continue;
-    if (t.bdev->GetStats().lifetime_days < 1) continue;  // dying device: place elsewhere
+    if (!Accepts(t)) {  // dying or draining: place elsewhere
+      if (last.code() == Code::kNoSpace) last = NoSpace("no tier can take " + std::to_string(data.size()) +
+                                                        " bytes; " + Refusal(t));
+      continue;
+    }
     const uint64_t tid = t.bdev->tier_id();
     const bool in_place = !e.copies.empty() && e.copies.front().tier_id == tid;
     ExtentList added;
@@ -336,6 +416,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
       MarkDirty(tag, blob);
     }
     if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
+    NoteAccess(s, tag, blob);
     return done(Status::Ok());
   }
   return done(last);
@@ -373,6 +454,7 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
     Tier* t = TierById(c.tier_id);
     if (t && t->is_volatile) clean_lru_.Touch(c.tier_id, tag, blob);
   }
+  if (!e.copies.empty()) NoteAccess(s, tag, blob);
   return ReadMerged(e, offset, len, out);
 }
 

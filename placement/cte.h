@@ -12,6 +12,12 @@
 // volatile tier holds at most dirty_limit dirty bytes: a writer past it kicks the flusher and
 // waits for it (at most dirty_wait_ms, then the write is placed on the next tier).
 //
+// Lifespan (SetLifespan, BdevStats.lifetime_days; 999999 = healthy): a tier predicted to die
+// within kDyingLifespanDays takes no new persistent data (no direct writes, no flushed copies,
+// no room counted for flush reservations); one under kDeadLifespanDays (0 when counted in whole
+// days) takes nothing at all. Writes fall through to the next tier; NoSpace only when no tier
+// can take the bytes.
+//
 // Index entries are written only after the bytes they name; the KV store's pre-commit hook syncs every persistent tier
 // before a metadata commit, and extents an index change releases are freed only once that
 // change is durable. At Open(), volatile copies are dropped from the index and each persistent
@@ -22,8 +28,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -41,6 +50,17 @@
 
 namespace clio {
 
+// A persistent tier whose lifespan is under this many days takes no new persistent data.
+inline constexpr double kDyingLifespanDays = 7;
+// A tier whose lifespan is under this many days (0 in whole days) takes no new data at all.
+inline constexpr double kDeadLifespanDays = 1;
+
+// A volatile copy is kept as a clean read cache after its flush while its tier is below this
+// fill fraction; above it the copy is dropped at once, leaving room for new writes without an
+// eviction on their path. The reorganizer promotes into a volatile tier only below it too.
+// Kept copies are evicted, least recently used first, when a write finds the tier full.
+inline constexpr double kCacheKeepFill = 0.75;
+
 struct TierConfig {
   BdevConfig bdev;
   double score = 0.5;  // placement rank, higher first
@@ -55,6 +75,33 @@ struct CteConfig {
   // The longest a writer waits for the flusher when its tier is at dirty_limit; after it the
   // write goes to the next tier.
   uint32_t dirty_wait_ms = 10000;
+
+  // The reorganizer (cte_reorganize.cc). Each pass decays every blob's access count by
+  // score_decay and adds the reads and writes since the last pass: heat = heat * decay + n;
+  // a blob's score is heat / (heat + 1) (0 for a blob not accessed lately). A blob whose score
+  // passes its tier's score by more than reorganize_threshold moves up to the tier whose score
+  // is nearest its own; one below its tier's by more than that moves down. A pass moves at
+  // most reorganize_bandwidth * reorganize_interval_ms / 1000 bytes.
+  bool reorganize = true;                         // run passes in a background thread
+  uint32_t reorganize_interval_ms = 10000;        // 1000..3600000
+  uint64_t reorganize_bandwidth = 64ull << 20;    // bytes/s, at least 1 MiB
+  double reorganize_threshold = 0.3;              // score difference, (0, 1]
+  double score_decay = 0.5;                       // per pass, (0, 1)
+};
+
+// The first movement key of `c` that is out of range, and what is wrong with it; nullopt when
+// all are valid. Used by Cte::Open and the config parser (which names file and line).
+std::optional<std::pair<std::string, std::string>> MovementConfigError(const CteConfig& c);
+
+// What one reorganizer pass did.
+struct ReorganizeStats {
+  uint64_t candidates = 0;      // blobs whose score called for a move
+  uint64_t promoted = 0;        // copied to a higher-score tier
+  uint64_t demoted = 0;         // copied to a lower-score tier, or a cache copy dropped
+  uint64_t moved_bytes = 0;     // bytes copied (never more than the pass's budget)
+  uint64_t budget = 0;          // the pass's byte budget
+  uint64_t over_budget = 0;     // candidates left for a later pass: the budget was spent
+  uint64_t skipped = 0;         // candidates that changed meanwhile or found no room
 };
 
 // Write-back counters (read by tests; not yet exported to `clioctl` or metrics).
@@ -75,6 +122,14 @@ struct CopyLocation {
   bool dirty = false;
   uint64_t bytes = 0;  // written bytes of this copy
   bool operator==(const CopyLocation&) const = default;
+};
+
+// What Drain() has done to a tier so far (GetDrainProgress).
+struct DrainProgress {
+  bool draining = false;      // marked: nothing new is placed on the tier
+  uint64_t bytes_left = 0;    // bytes still allocated on the tier (BdevStats.used)
+  uint64_t moved_bytes = 0;   // bytes copied off it by drains
+  uint64_t moved_copies = 0;  // copies moved, flushed or dropped off it by drains
 };
 
 struct TierInfo {
@@ -128,6 +183,42 @@ class Cte {
   // `dirty` is given it is set to whether the tag still has blobs not yet flushed.
   Status TakeFlushError(uint64_t tag, bool* dirty = nullptr);
 
+  // Sets the tier's predicted lifetime in days (finite, >= 0; 999999 = healthy), as the
+  // bdev's SetLifespan task does, and records it in the metadata (durable on return), so a
+  // restart keeps it. InvalidArgument for a bad value, NotFound for an unknown tier id. Data already on the tier
+  // stays; Drain() moves it off.
+  Status SetLifespan(uint64_t tier_id, double days);
+
+  // Moves every blob copy off the tier, so that it holds nothing (BdevStats.used == 0) and can
+  // be removed. The tier is marked draining first (recorded in the metadata, so a restart
+  // keeps the mark) and stays marked after the call, successful or not (Undrain() lifts the
+  // mark): nothing new is placed on it. Files stay readable and
+  // writable meanwhile: each copy is read and written to its new tier without the blob's lock,
+  // and swapped in under the lock only if the blob's index entry is unchanged (else retried).
+  // Dirty copies are flushed first (to a healthy persistent tier); clean copies on a volatile
+  // tier are dropped (their persistent copy holds the bytes); persistent copies move to the
+  // highest-score persistent tier that takes data and has room. Blocks until done; progress in
+  // GetDrainProgress(). Errors: NotFound (tier id), NoSpace when no other tier can take a
+  // blob (every blob stays intact and readable, the ones moved so far stay moved), Busy when
+  // a blob kept changing or bytes stay allocated that no index entry names, errors of the
+  // tiers and the metadata store. One drain or reorganizer pass runs at a time.
+  Status Drain(uint64_t tier_id);
+  Result<DrainProgress> GetDrainProgress(uint64_t tier_id);
+  // Lifts a drain mark: placement may use the tier again (its lifespan permitting).
+  Status Undrain(uint64_t tier_id);
+
+  // One reorganizer pass, unpaced (the background thread runs a paced one every
+  // reorganize_interval_ms when `reorganize` is set): folds the access counts into scores, then promotes hot blobs
+  // (hottest first) and demotes cold ones (coldest first) while the pass's byte budget lasts.
+  // Blobs with dirty copies are left to the flusher. Hot blobs are looked up by key; cold
+  // ones are found by a scan of at most 64 Ki index entries per pass, resumed by the next. Moves use the same copy-and-swap as
+  // Drain(): readers and writers of a moving blob are never blocked for the copy. Returns
+  // what it did; errors of the metadata store only (a blob that cannot move is skipped).
+  Result<ReorganizeStats> ReorganizeOnce() { return ReorganizePass(false); }
+  // The blob's current score in [0, 1) (from its decayed access count as of the last pass,
+  // plus accesses since), for tests and `clioctl`.
+  double BlobScore(uint64_t tag, uint64_t blob);
+
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
@@ -143,6 +234,13 @@ class Cte {
     std::unique_ptr<Bdev> bdev;
     bool is_volatile;
     uint64_t dirty_limit;  // volatile tiers: bytes
+    // Movement state, read lock-free (Tier is moved while tiers_ is built, hence the pointer).
+    struct Motion {
+      std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here
+      std::atomic<uint64_t> drained_bytes{0};
+      std::atomic<uint64_t> drained_copies{0};
+    };
+    std::unique_ptr<Motion> motion = std::make_unique<Motion>();
   };
   // What one placement attempt under the stripe lock asks PutBlob to do next.
   enum class PutStep { kDone, kWaitDirty, kEvict };
@@ -152,16 +250,58 @@ class Cte {
     size_t tier = 0;     // kWaitDirty, kEvict: index into tiers_
     uint64_t bytes = 0;  // kWaitDirty: dirty bytes the write adds; kEvict: bytes to free
   };
+  // A blob's decayed access count (see CteConfig): kept beside its stripe lock, which every
+  // read and write already holds, so counting costs no extra lock.
+  struct AccessCount {
+    double heat = 0;      // decayed count as of the last reorganizer pass
+    uint32_t recent = 0;  // reads and writes since
+  };
   struct Stripe {
     Mutex mu;
+    std::map<std::pair<uint64_t, uint64_t>, AccessCount> access GUARDED_BY(mu);
   };
   static constexpr size_t kStripes = 256;
 
   Cte(KvStore* kv, const CteConfig& c)
-      : kv_(kv), flush_interval_ms_(c.flush_interval_ms), dirty_wait_ms_(c.dirty_wait_ms) {}
+      : kv_(kv),
+        flush_interval_ms_(c.flush_interval_ms),
+        dirty_wait_ms_(c.dirty_wait_ms),
+        reorganize_interval_ms_(c.reorganize_interval_ms),
+        reorganize_budget_(c.reorganize_bandwidth * c.reorganize_interval_ms / 1000),
+        reorganize_bandwidth_(c.reorganize_bandwidth),
+        reorganize_threshold_(c.reorganize_threshold),
+        score_decay_(c.score_decay) {}
+  // Counts a read or write of the blob for its score. A stripe tracks at most
+  // kMaxTrackedPerStripe blobs between two reorganizer passes (which forget cold ones); an
+  // untracked blob scores 0, like a cold one.
+  static constexpr size_t kMaxTrackedPerStripe = 1024;
+  static void NoteAccess(Stripe& s, uint64_t tag, uint64_t blob) REQUIRES(s.mu) {
+    auto it = s.access.find({tag, blob});
+    if (it == s.access.end()) {
+      if (s.access.size() >= kMaxTrackedPerStripe) return;
+      it = s.access.emplace(std::make_pair(tag, blob), AccessCount{}).first;
+    }
+    ++it->second.recent;
+  }
+  void ReorganizerLoop();
+  // One reorganizer pass. `paced` (the background thread): after each move, waits until the
+  // pass's bytes so far have taken at least bytes / reorganize_bandwidth seconds, so the
+  // budget is spread over the interval rather than spent in one burst; Stop() cuts the wait.
+  Result<ReorganizeStats> ReorganizePass(bool paced);
+  // Waits until `until` or Stop(); false when stopping.
+  bool ReorganizerWait(std::chrono::steady_clock::time_point until);
   Status Recover();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
   Tier* TierById(uint64_t id);
+  // Whether the tier takes a new copy now: not draining, and a lifespan that allows it
+  // (volatile copies: kDeadLifespanDays; persistent: kDyingLifespanDays). Lock-free.
+  static bool Accepts(const Tier& t);
+  static bool AcceptsAt(const Tier& t, double lifetime_days);  // with stats already read
+  static bool AcceptsPersistent(const Tier& t) { return !t.is_volatile && Accepts(t); }
+  // Records the tier's lifespan and drain mark in the metadata and syncs it.
+  Status SaveMotion(const Tier& t);
+  // Why Accepts() is false, for error messages.
+  static std::string Refusal(const Tier& t);
   Result<BlobEntry> LoadEntry(uint64_t tag, uint64_t blob);
   // One try at placing a write, under the blob's stripe lock. `skip`: tiers not to use
   // (dirty wait timed out); `evicted`: tiers whose clean copies were already evicted for it.
@@ -171,9 +311,26 @@ class Cte {
   // Drops least recently used clean copies of the volatile tier until `bytes` are freed or
   // none is left. Takes each victim's stripe lock: call without holding one.
   void EvictClean(size_t tier, uint64_t bytes);
+  // Drops the blob's clean copies on volatile tier `tier` when the other copies hold every
+  // byte they hold (Internal otherwise: nothing dropped). Returns the bytes freed (0: no clean
+  // copy there). Takes the stripe lock: call without holding one.
+  Result<uint64_t> DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob);
+  // Copies the merged bytes of a blob whose copies are all clean to one new clean copy on
+  // tiers_[target], reading and writing without the stripe lock, then swaps it in under the
+  // lock if the index entry is unchanged (*changed = true otherwise, or when the blob has a
+  // dirty copy: nothing done). A
+  // persistent target replaces every persistent copy (volatile caches stay unless on
+  // `off_tier`); a volatile target adds a cache copy in front. Returns the bytes copied.
+  // NoSpace when the target has no room (or its room is reserved for flushes).
+  Result<uint64_t> CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uint64_t off_tier,
+                              bool* changed);
+  // Moves every copy of the blob off tiers_[tier] (Drain). Adds the bytes copied to *moved.
+  Status DrainBlob(uint64_t tag, uint64_t blob, size_t tier, uint64_t* moved);
+  size_t TierIndex(const Tier& t) const { return static_cast<size_t>(&t - tiers_.data()); }
   // Wakes the flusher now (a tier reached its dirty limit).
   void KickFlusher();
-  // Reads the merged view of a blob; requires the blob's stripe lock.
+  // Reads the merged view of a blob; requires the blob's stripe lock, or a check after the
+  // read that the entry did not change (CopyBlobTo).
   Status ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out);
   // Copies a dirty blob to a persistent tier; requires the stripe lock.
   Status FlushBlobLocked(uint64_t tag, uint64_t blob);
@@ -188,6 +345,11 @@ class Cte {
   KvStore* const kv_;
   const uint32_t flush_interval_ms_;
   const uint32_t dirty_wait_ms_;
+  const uint32_t reorganize_interval_ms_;
+  const uint64_t reorganize_budget_;  // bytes per pass
+  const uint64_t reorganize_bandwidth_;  // bytes per second
+  const double reorganize_threshold_;
+  const double score_decay_;
   std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open
   std::unique_ptr<Stripe[]> stripes_ = std::make_unique<Stripe[]>(kStripes);
   std::atomic<uint64_t> generation_{1};
@@ -198,7 +360,13 @@ class Cte {
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> flush_failures_{0};
 
-  // Lock order: one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
+  // One mover at a time (Drain, ReorganizeOnce); held across a whole drain or pass. Taken
+  // before any stripe lock.
+  Mutex move_mu_;
+  // The last blob index key the reorganizer's scan for cold blobs read ("" = from the start).
+  std::string reorg_after_ GUARDED_BY(move_mu_);
+
+  // Lock order: move_mu_ -> one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
   // reservations_, dirty_bytes_ and clean_lru_ (leaves). No lock is held while waiting for
   // the dirty limit.
   Mutex dirty_mu_;
@@ -208,6 +376,11 @@ class Cte {
   bool kicked_ GUARDED_BY(dirty_mu_) = false;  // a writer wants a flush before the interval
   CondVar flusher_cv_;
   std::thread flusher_;
+  // The reorganizer thread's wait (a leaf: nothing else is taken while holding it).
+  Mutex reorg_mu_;
+  bool reorg_stop_ GUARDED_BY(reorg_mu_) = false;
+  CondVar reorg_cv_;
+  std::thread reorganizer_;
   struct TierLifetime;
   std::shared_ptr<TierLifetime> lifetime_;  // set first thing in Open()
 };

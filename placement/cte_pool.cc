@@ -1,5 +1,7 @@
 #include "placement/cte_pool.h"
 
+#include <algorithm>
+
 #include "common/codec.h"
 #include "storage/bdev_config.h"
 #include "storage/kv.h"
@@ -22,6 +24,14 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   CLIO_ASSIGN_OR_RETURN(uint64_t wait, r.UInt("dirty_wait_ms", cfg.dirty_wait_ms));
   if (wait == 0 || wait > 3600000) return r.Error("dirty_wait_ms", "must be between 1 and 3600000");
   cfg.dirty_wait_ms = static_cast<uint32_t>(wait);
+  CLIO_ASSIGN_OR_RETURN(cfg.reorganize, r.Bool("reorganize", cfg.reorganize));
+  CLIO_ASSIGN_OR_RETURN(uint64_t reorg_ms, r.UInt("reorganize_interval_ms", cfg.reorganize_interval_ms));
+  cfg.reorganize_interval_ms = static_cast<uint32_t>(std::min<uint64_t>(reorg_ms, UINT32_MAX));
+  if (reorg_ms > UINT32_MAX) cfg.reorganize_interval_ms = 0;  // out of range: refused below
+  CLIO_ASSIGN_OR_RETURN(cfg.reorganize_bandwidth, r.Size("reorganize_bandwidth", cfg.reorganize_bandwidth));
+  CLIO_ASSIGN_OR_RETURN(cfg.reorganize_threshold, r.Double("reorganize_threshold", cfg.reorganize_threshold));
+  CLIO_ASSIGN_OR_RETURN(cfg.score_decay, r.Double("score_decay", cfg.score_decay));
+  if (auto bad = MovementConfigError(cfg)) return r.Error(bad->first, bad->second);
   const ConfigValue* storage = r.Child("storage");
   CLIO_RETURN_IF_ERROR(r.Finish());
   if (!storage || storage->kind != ConfigValue::Kind::kList || storage->list.empty())
@@ -71,6 +81,37 @@ Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
   switch (static_cast<CteMethod>(method)) {
     case CteMethod::kListTiers:
       return EncodeTierList(cte_->ListTiers());
+    case CteMethod::kSetLifespan: {
+      Decoder d(payload);
+      uint64_t id = 0;
+      double days = 0;
+      d.Get(&id);
+      d.Get(&days);
+      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core SetLifespan"));
+      CLIO_RETURN_IF_ERROR(cte_->SetLifespan(id, days));
+      return std::string();
+    }
+    case CteMethod::kDrain:
+    case CteMethod::kDrainProgress:
+    case CteMethod::kUndrain: {
+      Decoder d(payload);
+      uint64_t id = 0;
+      d.Get(&id);
+      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core tier request"));
+      if (static_cast<CteMethod>(method) == CteMethod::kDrainProgress) {
+        CLIO_ASSIGN_OR_RETURN(DrainProgress p, cte_->GetDrainProgress(id));
+        return EncodeDrainProgress(p);
+      }
+      CLIO_RETURN_IF_ERROR(static_cast<CteMethod>(method) == CteMethod::kDrain ? cte_->Drain(id)
+                                                                              : cte_->Undrain(id));
+      return std::string();
+    }
+    case CteMethod::kReorganize: {
+      Decoder d(payload);
+      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core Reorganize"));
+      CLIO_ASSIGN_OR_RETURN(ReorganizeStats st, cte_->ReorganizeOnce());
+      return EncodeReorganizeStats(st);
+    }
   }
   return Status(Code::kNotSupported, "clio_cte_core: unknown method " + std::to_string(method));
 }
@@ -85,6 +126,43 @@ std::string EncodeTierList(const std::vector<TierInfo>& tiers) {
     e.Put<double>(t.stats.lifetime_days).PutBytes(t.stats.backend);
   }
   return e.Take();
+}
+
+std::string EncodeDrainProgress(const DrainProgress& p) {
+  Encoder e;
+  e.Put<uint8_t>(p.draining ? 1 : 0).Put<uint64_t>(p.bytes_left).Put<uint64_t>(p.moved_bytes);
+  e.Put<uint64_t>(p.moved_copies);
+  return e.Take();
+}
+
+Result<DrainProgress> DecodeDrainProgress(std::string_view bytes) {
+  Decoder d(bytes);
+  DrainProgress p;
+  uint8_t draining = 0;
+  d.Get(&draining);
+  d.Get(&p.bytes_left);
+  d.Get(&p.moved_bytes);
+  d.Get(&p.moved_copies);
+  CLIO_RETURN_IF_ERROR(d.Finish("drain progress"));
+  if (draining > 1) return Corruption("drain progress: bad flag");
+  p.draining = draining == 1;
+  return p;
+}
+
+std::string EncodeReorganizeStats(const ReorganizeStats& s) {
+  Encoder e;
+  e.Put<uint64_t>(s.candidates).Put<uint64_t>(s.promoted).Put<uint64_t>(s.demoted);
+  e.Put<uint64_t>(s.moved_bytes).Put<uint64_t>(s.budget).Put<uint64_t>(s.over_budget).Put<uint64_t>(s.skipped);
+  return e.Take();
+}
+
+Result<ReorganizeStats> DecodeReorganizeStats(std::string_view bytes) {
+  Decoder d(bytes);
+  ReorganizeStats s;
+  for (uint64_t* f : {&s.candidates, &s.promoted, &s.demoted, &s.moved_bytes, &s.budget, &s.over_budget, &s.skipped})
+    d.Get(f);
+  CLIO_RETURN_IF_ERROR(d.Finish("reorganize stats"));
+  return s;
 }
 
 Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {

@@ -13,7 +13,12 @@ namespace clio {
 class KvStore;
 
 enum class CteMethod : uint32_t {
-  kListTiers = 10,  // -> EncodeTierList
+  kListTiers = 10,      // -> EncodeTierList
+  kSetLifespan = 11,    // u64 tier id, f64 days -> empty
+  kDrain = 12,          // u64 tier id -> empty, once the tier is empty (blocks a worker)
+  kDrainProgress = 13,  // u64 tier id -> EncodeDrainProgress
+  kUndrain = 14,        // u64 tier id -> empty
+  kReorganize = 15,     // empty -> EncodeReorganizeStats (one pass now)
 };
 
 class CtePool : public Pool {
@@ -29,7 +34,8 @@ class CtePool : public Pool {
 };
 
 // Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms,
-// dirty_wait_ms, storage (list of tiers: path, score and, on volatile tiers, dirty_limit, plus
+// dirty_wait_ms, reorganize, reorganize_interval_ms, reorganize_bandwidth (bytes/s, a size),
+// reorganize_threshold, score_decay (CteConfig), storage (list of tiers: path, score and, on volatile tiers, dirty_limit, plus
 // every bdev key of storage/bdev_config.h, with the capacity spelled capacity_limit).
 ModuleFactory MakeCteModuleFactory(KvStore* kv);
 
@@ -37,6 +43,12 @@ ModuleFactory MakeCteModuleFactory(KvStore* kv);
 Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file);
 
 std::string EncodeTierList(const std::vector<TierInfo>& tiers);
+// u8 draining, u64 bytes_left, u64 moved_bytes, u64 moved_copies.
+std::string EncodeDrainProgress(const DrainProgress& p);
+Result<DrainProgress> DecodeDrainProgress(std::string_view bytes);
+// u64 candidates, promoted, demoted, moved_bytes, budget, over_budget, skipped.
+std::string EncodeReorganizeStats(const ReorganizeStats& s);
+Result<ReorganizeStats> DecodeReorganizeStats(std::string_view bytes);
 Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes);
 
 }  // namespace clio

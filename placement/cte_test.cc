@@ -32,6 +32,7 @@ struct CteFixture {
   CteConfig Config(uint64_t file_cap) const {
     CteConfig c;
     c.flush_interval_ms = 3600000;  // tests flush explicitly
+    c.reorganize = false;           // no background moves under the assertions
     TierConfig ram;
     ram.bdev.name = ram_name;
     ram.bdev.type = BdevType::kRam;

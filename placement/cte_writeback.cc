@@ -8,15 +8,6 @@
 #include "placement/cte.h"
 
 namespace clio {
-namespace {
-
-// A volatile copy is kept as a clean read cache after its flush while its tier is below this
-// fill fraction; above it the copy is dropped at once, leaving room for new writes without an
-// eviction on their path. Kept copies are evicted, least recently used first, when a write
-// finds the tier full.
-constexpr double kCacheKeepFill = 0.75;
-
-}  // namespace
 
 void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
   MutexLock d(&dirty_mu_);
@@ -52,7 +43,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   // finds it unless the host filesystem under a file tier filled up meanwhile.
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
   for (Tier& t : tiers_) {
-    if (t.is_volatile || t.bdev->GetStats().lifetime_days < 1) continue;
+    if (!AcceptsPersistent(t)) continue;
     uint64_t spent = 0;  // the blob's reservation, spent by this allocation
     auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
     if (!a.ok()) {
@@ -83,7 +74,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
       BlobCopy& c = e.copies[i];
       Tier* ct = TierById(c.tier_id);
       bool keep = false;
-      if (i == 0 && ct && ct->is_volatile) {
+      if (i == 0 && ct && ct->is_volatile && Accepts(*ct)) {
         BdevStats st = ct->bdev->GetStats();
         keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
       }
@@ -221,53 +212,68 @@ void Cte::EvictClean(size_t tier, uint64_t bytes) {
   const uint64_t tid = t.bdev->tier_id();
   uint64_t freed = 0, tag = 0, blob = 0;
   while (freed < bytes && clean_lru_.PopOldest(tid, &tag, &blob)) {
-    Stripe& s = StripeFor(tag, blob);
-    MutexLock l(&s.mu);
-    auto e = LoadEntry(tag, blob);
-    if (!e.ok()) {
-      CLIO_LOG_WARN("evicting blob {}:{}: {}", tag, blob, e.status().ToString());
+    auto dropped = DropCleanCopies(tier, tag, blob);
+    if (!dropped.ok()) {
+      CLIO_LOG_ERROR("evicting blob {}:{}: {}", tag, blob, dropped.status().ToString());
       continue;
     }
-    BlobEntry next;
-    std::vector<BlobCopy> drop;
-    for (BlobCopy& c : e->copies) {
-      if (c.tier_id == tid && c.state == CopyState::kClean)
-        drop.push_back(std::move(c));
-      else
-        next.copies.push_back(std::move(c));
-    }
-    if (drop.empty()) continue;  // written again, flushed away or removed since
-    // A clean copy was flushed, so the copies left hold every byte it holds; check rather
-    // than trust it, since dropping the only copy of a byte would lose data.
-    RangeSet left;
-    for (const BlobCopy& c : next.copies)
-      for (const auto& r : c.written.ranges()) left.Add(r.begin, r.end);
-    bool covered = std::all_of(drop.begin(), drop.end(),
-                               [&](const BlobCopy& c) { return c.written.Minus(left).empty(); });
-    if (!covered) {
-      CLIO_LOG_ERROR("blob {}:{}: a clean copy on tier '{}' holds bytes no other copy holds; not evicted",
-                     tag, blob, t.name);
-      continue;
-    }
-    KvBatch batch;
-    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
-    Status a = kv_->Apply(std::move(batch));
-    if (!a.ok()) {
-      CLIO_LOG_WARN("evicting blob {}:{}: {}", tag, blob, a.ToString());
-      continue;
-    }
-    // As in a flush: the copy is volatile and every reader holds this stripe lock.
-    for (const BlobCopy& c : drop) {
-      Status f = t.bdev->Free(c.extents);
-      if (!f.ok()) CLIO_LOG_ERROR("freeing an evicted copy: {}", f.ToString());
-      freed += TotalSize(c.extents);
-      evicted_bytes_.fetch_add(TotalSize(c.extents));
-    }
+    if (*dropped == 0) continue;  // written again, flushed away or removed since
+    freed += *dropped;
+    evicted_bytes_.fetch_add(*dropped);
     evictions_.fetch_add(1);
   }
 }
 
+Result<uint64_t> Cte::DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob) {
+  Tier& t = tiers_[tier];
+  const uint64_t tid = t.bdev->tier_id();
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  BlobEntry next;
+  std::vector<BlobCopy> drop;
+  for (BlobCopy& c : e.copies) {
+    if (c.tier_id == tid && c.state == CopyState::kClean)
+      drop.push_back(std::move(c));
+    else
+      next.copies.push_back(std::move(c));
+  }
+  if (drop.empty()) return uint64_t{0};
+  // A clean copy was flushed, so the copies left hold every byte it holds; check rather
+  // than trust it, since dropping the only copy of a byte would lose data.
+  RangeSet left;
+  for (const BlobCopy& c : next.copies)
+    for (const auto& r : c.written.ranges()) left.Add(r.begin, r.end);
+  bool covered = std::all_of(drop.begin(), drop.end(),
+                             [&](const BlobCopy& c) { return c.written.Minus(left).empty(); });
+  if (!covered)
+    return Internal("blob " + std::to_string(tag) + ":" + std::to_string(blob) + ": a clean copy on tier '" +
+                    t.name + "' holds bytes no other copy holds; not dropped");
+  KvBatch batch;
+  if (next.copies.empty())
+    batch.Delete(BlobKey(tag, blob));  // nothing was written in it
+  else
+    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  // As in a flush: the copy is volatile and every reader holds this stripe lock.
+  uint64_t freed = 0;
+  for (const BlobCopy& c : drop) {
+    Status f = t.bdev->Free(c.extents);
+    if (!f.ok()) CLIO_LOG_ERROR("freeing a dropped clean copy: {}", f.ToString());
+    freed += TotalSize(c.extents);
+  }
+  clean_lru_.Remove(tid, tag, blob);
+  return freed;
+}
+
 Status Cte::Stop() {
+  {
+    // The reorganizer first: it moves data the final flush must see.
+    MutexLock r(&reorg_mu_);
+    reorg_stop_ = true;
+  }
+  reorg_cv_.NotifyAll();
+  if (reorganizer_.joinable()) reorganizer_.join();
   {
     MutexLock d(&dirty_mu_);
     if (stopping_) return Status::Ok();

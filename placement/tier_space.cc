@@ -17,8 +17,8 @@ uint64_t AllocationFootprint(uint64_t bytes, uint64_t min_class) {
   return whole + std::max(std::max(min_class, kMinClass), std::bit_ceil(rest));
 }
 
-FlushReservations::FlushReservations(std::vector<Bdev*> persistent)
-    : persistent_(std::move(persistent)), min_class_([this] {
+FlushReservations::FlushReservations(std::vector<Bdev*> persistent, AcceptsFn accepts)
+    : persistent_(std::move(persistent)), accepts_(std::move(accepts)), min_class_([this] {
         uint64_t m = kMinClass;
         for (Bdev* b : persistent_) m = std::max(m, b->config().alignment);
         return std::min(m, kMaxBlockSize);
@@ -28,7 +28,8 @@ uint64_t FlushReservations::AvailableLocked() const {
   uint64_t remaining = 0;
   for (Bdev* b : persistent_) {
     BdevStats s = b->GetStats();
-    if (s.lifetime_days < 1) continue;  // a dying tier takes no flushes
+    // A dying or draining tier takes no flushes: its room backs nothing.
+    if (accepts_ ? !accepts_(*b, s) : s.lifetime_days < 1) continue;
     remaining += s.remaining;
   }
   return remaining > reserved_ ? remaining - reserved_ : 0;

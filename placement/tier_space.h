@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -37,9 +38,13 @@ uint64_t AllocationFootprint(uint64_t bytes, uint64_t min_class);
 
 class FlushReservations {
  public:
+  // Whether a persistent bdev takes new data now (healthy lifespan, not draining).
+  using AcceptsFn = std::function<bool(const Bdev&, const BdevStats&)>;
   // `persistent`: the bdevs whose remaining room backs reservations (not owned; they outlive
   // this object). With none, reservations are disabled: every call succeeds and reserves 0.
-  explicit FlushReservations(std::vector<Bdev*> persistent);
+  // Only the room of bdevs `accepts` approves counts (default: a lifespan of a day or more);
+  // it is called under this class's mutex and must take no lock of the caller's.
+  explicit FlushReservations(std::vector<Bdev*> persistent, AcceptsFn accepts = nullptr);
 
   // Raises the reservation of (tag, blob) to the footprint of a `size`-byte copy; never
   // lowers it. NoSpace, changing nothing, when the healthy persistent tiers' remaining bytes,
@@ -69,6 +74,7 @@ class FlushReservations {
   uint64_t AvailableLocked() const REQUIRES(mu_);
 
   const std::vector<Bdev*> persistent_;
+  const AcceptsFn accepts_;
   const uint64_t min_class_;  // the largest allocation class floor among the persistent tiers
 
   mutable Mutex mu_;

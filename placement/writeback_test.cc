@@ -49,6 +49,7 @@ struct WbFixture {
   CteConfig Config() const {
     CteConfig c;
     c.flush_interval_ms = 3600000;  // the flusher runs only when a writer kicks it
+    c.reorganize = false;           // no background moves under the assertions
     c.dirty_wait_ms = o.dirty_wait_ms;
     TierConfig ram;
     ram.bdev.name = ram_name;
