@@ -13,8 +13,10 @@
 #include "placement/cte.h"
 #include "placement/cte_pool.h"
 #include "storage/kv.h"
+#include "placement/test_util.h"
 
 using namespace clio;
+using namespace clio::testing;
 
 namespace {
 
@@ -103,18 +105,9 @@ struct WbFixture {
     return *l;
   }
   std::string Get(uint64_t tag, uint64_t blob, uint64_t off, uint64_t len) {
-    std::string out(len, '?');
-    REQUIRE(cte->GetBlob(tag, blob, off, len, out.data()).ok());
-    return out;
+    return GetBytes(cte.get(), tag, blob, off, len);
   }
 };
-
-std::string Random(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(g());
-  return s;
-}
 
 }  // namespace
 
