@@ -1,5 +1,5 @@
-// clioctl: the admin CLI. One command per file under cli/commands/ as commands grow; for now
-// `tier stat`. Exit codes: 0 ok, 1 operation failed, 2 bad usage.
+// clioctl: the admin CLI: `tier stat`, `tier lifespan get|set`, `tier drain`, `tier undrain`.
+// Exit codes: 0 ok, 1 operation failed, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -19,6 +19,24 @@ int main(int argc, char** argv) {
   tier->require_subcommand(1);
   auto* stat = tier->add_subcommand("stat", "one row per tier: capacity, used, remaining, score, persistence");
   stat->add_flag("--json", ctx.json, "print JSON instead of a table");
+  std::string tier_name;
+  double days = 0;
+  auto* lifespan = tier->add_subcommand("lifespan", "a tier's predicted lifetime in days");
+  lifespan->require_subcommand(1);
+  auto* lget = lifespan->add_subcommand("get", "print it (999999: healthy)");
+  lget->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
+  lget->add_flag("--json", ctx.json, "print JSON");
+  auto* lset = lifespan->add_subcommand(
+      "set", "set it: under 7 days the tier takes no new persistent data, under 1 day nothing");
+  lset->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
+  lset->add_option("days", days, "days, 0 or more")->required()->check(CLI::Range(0.0, 999999.0));
+  lset->add_flag("--json", ctx.json, "print JSON");
+  auto* drain = tier->add_subcommand(
+      "drain", "move every blob off a tier (files stay readable and writable); waits until empty");
+  drain->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
+  drain->add_flag("--json", ctx.json, "print JSON");
+  auto* undrain = tier->add_subcommand("undrain", "let a drained tier take new data again");
+  undrain->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -31,5 +49,9 @@ int main(int argc, char** argv) {
   }
   ctx.socket_path = cfg->socket_path;
   if (*stat) return clio::TierStat(ctx);
+  if (*lget) return clio::TierLifespan(ctx, tier_name, std::nullopt);
+  if (*lset) return clio::TierLifespan(ctx, tier_name, days);
+  if (*drain) return clio::TierDrain(ctx, tier_name, false);
+  if (*undrain) return clio::TierDrain(ctx, tier_name, true);
   return 2;
 }

@@ -2,39 +2,21 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "common/codec.h"
+#include "cli/cte_connection.h"
 #include "common/size.h"
-#include "daemon/ipc.h"
 #include "placement/cte_pool.h"
 
 namespace clio {
 
 int TierStat(const CommandContext& ctx) {
-  RuntimeClient::Options o;
-  o.socket_path = ctx.socket_path;
-  auto c = RuntimeClient::Connect(o);
+  auto c = CteConnection::Open(ctx);
   if (!c.ok()) {
     std::fprintf(stderr, "clioctl: %s\n", c.status().message().c_str());
     return 1;
   }
-  Encoder find;
-  find.PutBytes("clio_cte_core");
-  auto pool = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
-  uint32_t id = 0;
-  const std::string pd_bytes = pool.ok() ? *pool : std::string();
-  Decoder pd(pd_bytes);
-  if (!pool.ok() || !pd.Get(&id)) {
-    std::fprintf(stderr, "clioctl: the runtime has no clio_cte_core pool: %s\n", pool.status().message().c_str());
-    return 1;
-  }
-  auto r = (*c)->Call(id, static_cast<uint32_t>(CteMethod::kListTiers), "");
-  if (!r.ok()) {
-    std::fprintf(stderr, "clioctl: tier stat failed: %s\n", r.status().ToString().c_str());
-    return 1;
-  }
-  auto tiers = DecodeTierList(*r);
+  auto tiers = c->ListTiers();
   if (!tiers.ok()) {
-    std::fprintf(stderr, "clioctl: bad reply from the runtime: %s\n", tiers.status().ToString().c_str());
+    std::fprintf(stderr, "clioctl: tier stat failed: %s\n", tiers.status().ToString().c_str());
     return 1;
   }
   if (ctx.json) {

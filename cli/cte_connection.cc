@@ -1,0 +1,37 @@
+#include "cli/cte_connection.h"
+
+#include "common/codec.h"
+#include "placement/cte_pool.h"
+
+namespace clio {
+
+Result<CteConnection> CteConnection::Open(const CommandContext& ctx) {
+  RuntimeClient::Options o;
+  o.socket_path = ctx.socket_path;
+  CteConnection c;
+  CLIO_ASSIGN_OR_RETURN(c.client, RuntimeClient::Connect(o));
+  Encoder find;
+  find.PutBytes("clio_cte_core");
+  auto pool = c.client->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+  if (!pool.ok()) return pool.status().WithContext("the runtime has no clio_cte_core pool");
+  Decoder d(*pool);
+  if (!d.Get(&c.pool)) return Internal("bad FindPool reply from the runtime");
+  return c;
+}
+
+Result<std::vector<TierInfo>> CteConnection::ListTiers() {
+  CLIO_ASSIGN_OR_RETURN(std::string r, client->Call(pool, static_cast<uint32_t>(CteMethod::kListTiers), ""));
+  return DecodeTierList(r);
+}
+
+Result<TierInfo> CteConnection::FindTier(const std::string& name) {
+  CLIO_ASSIGN_OR_RETURN(std::vector<TierInfo> tiers, ListTiers());
+  std::string names;
+  for (const TierInfo& t : tiers) {
+    if (t.name == name) return t;
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  return NotFound("no tier '" + name + "' (tiers: " + names + ")");
+}
+
+}  // namespace clio

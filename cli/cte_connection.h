@@ -1,0 +1,28 @@
+// The connection clioctl's tier commands share: the runtime client and the id of the
+// clio_cte_core pool, and tier names resolved to ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "common/status.h"
+#include "daemon/ipc.h"
+#include "placement/cte.h"
+
+namespace clio {
+
+struct CteConnection {
+  std::unique_ptr<RuntimeClient> client;
+  uint32_t pool = 0;
+
+  // Connects to the runtime and finds clio_cte_core; errors name what is missing.
+  static Result<CteConnection> Open(const CommandContext& ctx);
+  Result<std::vector<TierInfo>> ListTiers();
+  // The tier called `name` (its configured path or pool name); NotFound lists the names.
+  Result<TierInfo> FindTier(const std::string& name);
+};
+
+}  // namespace clio
