@@ -19,64 +19,23 @@ using namespace clio::testing;
 
 namespace {
 
-struct CteFixture {
-  std::string dir;
-  std::unique_ptr<KvStore> kv;
-  std::unique_ptr<Cte> cte;
+struct CteFixture : CteHarness {
   uint64_t ram_capacity;
   std::string ram_name = "ram::cte_test_" + std::to_string(getpid());
 
-  explicit CteFixture(uint64_t ram_cap = 8u << 20, uint64_t file_cap = 64u << 20) : ram_capacity(ram_cap) {
-    char tmpl[] = "/tmp/clio_cte_XXXXXX";
-    dir = mkdtemp(tmpl);
+  explicit CteFixture(uint64_t ram_cap = 8u << 20, uint64_t file_cap = 64u << 20)
+      : CteHarness("clio_cte"), ram_capacity(ram_cap) {
     Open(file_cap);
   }
   CteConfig Config(uint64_t file_cap) const {
     CteConfig c;
     c.flush_interval_ms = 3600000;  // tests flush explicitly
     c.reorganize = false;           // no background moves under the assertions
-    TierConfig ram;
-    ram.bdev.name = ram_name;
-    ram.bdev.type = BdevType::kRam;
-    ram.bdev.capacity = ram_capacity;
-    ram.score = 1.0;
-    TierConfig file;
-    file.bdev.name = dir + "/tier.dat";
-    file.bdev.type = BdevType::kFile;
-    file.bdev.capacity = file_cap;
-    file.bdev.growth_unit = 4u << 20;
-    file.score = 0.2;
-    c.tiers = {ram, file};
+    c.tiers = {RamTier(ram_name, ram_capacity, 1.0), FileTier(dir + "/tier.dat", file_cap, 0.2)};
     return c;
   }
-  void Open(uint64_t file_cap = 64u << 20) {
-    KvOptions ko;
-    ko.path = dir + "/md";
-    ko.commit_interval_ms = 3600000;
-    auto k = OpenRocksDbKv(ko);
-    REQUIRE(k.ok());
-    kv = std::move(k).value();
-    auto c = Cte::Open(Config(file_cap), kv.get());
-    REQUIRE_MESSAGE(c.ok(), c.status().ToString());
-    cte = std::move(c).value();
-  }
-  void Close() {
-    REQUIRE(cte->Stop().ok());
-    cte.reset();
-    REQUIRE(kv->Close().ok());
-    kv.reset();
-  }
-  ~CteFixture() {
-    cte.reset();
-    kv.reset();
-    std::filesystem::remove_all(dir);
-  }
-  TierInfo Tier(BdevType t) {
-    for (auto& i : cte->ListTiers())
-      if (i.stats.type == t) return i;
-    FAIL("no such tier");
-    return {};
-  }
+  void Open(uint64_t file_cap = 64u << 20) { Start(Config(file_cap)); }
+  void Close() { Stop(); }
   std::string Get(uint64_t tag, uint64_t blob, uint64_t off, uint64_t len) {
     return GetBytes(cte.get(), tag, blob, off, len);
   }

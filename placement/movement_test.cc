@@ -35,44 +35,15 @@ struct Options {
   double threshold = 0.35;
 };
 
-struct MoveFixture {
+struct MoveFixture : CteHarness {
   Options o;
-  std::string dir;
   std::string ram_name = "ram::move_test_" + std::to_string(getpid());
-  std::unique_ptr<KvStore> kv;
-  std::unique_ptr<Cte> cte;
 
-  explicit MoveFixture(Options opts = {}) : o(opts) {
-    char tmpl[] = "/tmp/clio_move_XXXXXX";
-    dir = mkdtemp(tmpl);
-    KvOptions ko;
-    ko.path = dir + "/md";
-    ko.commit_interval_ms = 3600000;
-    auto k = OpenRocksDbKv(ko);
-    REQUIRE(k.ok());
-    kv = std::move(k).value();
-    auto c = Cte::Open(Config(), kv.get());
-    REQUIRE_MESSAGE(c.ok(), c.status().ToString());
-    cte = std::move(c).value();
-  }
+  explicit MoveFixture(Options opts = {}) : CteHarness("clio_move"), o(opts) { Start(Config()); }
   // A clean stop and start of the CTE and the metadata store.
   Result<std::unique_ptr<Cte>> Reopen() {
-    REQUIRE(cte->Stop().ok());
-    cte.reset();
-    REQUIRE(kv->Close().ok());
-    kv.reset();
-    KvOptions ko;
-    ko.path = dir + "/md";
-    ko.commit_interval_ms = 3600000;
-    auto k = OpenRocksDbKv(ko);
-    REQUIRE(k.ok());
-    kv = std::move(k).value();
-    return Cte::Open(Config(), kv.get());
-  }
-  ~MoveFixture() {
-    cte.reset();
-    kv.reset();
-    std::filesystem::remove_all(dir);
+    Stop();
+    return OpenWith(Config());
   }
   CteConfig Config() const {
     CteConfig c;
@@ -82,20 +53,10 @@ struct MoveFixture {
     c.reorganize_bandwidth = o.bandwidth;
     c.reorganize_threshold = o.threshold;
     c.score_decay = 0.5;
-    TierConfig ram;
-    ram.bdev.name = ram_name;
-    ram.bdev.type = BdevType::kRam;
-    ram.bdev.capacity = o.ram;
-    ram.score = 1.0;
+    TierConfig ram = RamTier(ram_name, o.ram, 1.0);
     ram.dirty_limit = o.dirty_limit;
     auto file = [&](const char* name, uint64_t cap, double score) {
-      TierConfig t;
-      t.bdev.name = dir + "/" + name + ".dat";
-      t.bdev.type = BdevType::kFile;
-      t.bdev.capacity = cap;
-      t.bdev.growth_unit = 4 * MiB;
-      t.score = score;
-      return t;
+      return FileTier(dir + "/" + name + ".dat", cap, score);
     };
     if (o.with_ram) c.tiers.push_back(ram);
     c.tiers.push_back(file("fast", o.fast, 0.6));

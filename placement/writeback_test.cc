@@ -29,23 +29,14 @@ struct Options {
   uint32_t dirty_wait_ms = 60000;
 };
 
-struct WbFixture {
+struct WbFixture : CteHarness {
   Options o;
-  std::string dir;
   std::string ram_name = "ram::wb_test_" + std::to_string(getpid());
-  std::unique_ptr<KvStore> kv;
-  std::unique_ptr<Cte> cte;
 
-  explicit WbFixture(Options opts = {}) : o(opts) {
-    char tmpl[] = "/tmp/clio_wb_XXXXXX";
-    dir = mkdtemp(tmpl);
-    Open();
-  }
+  explicit WbFixture(Options opts = {}) : CteHarness("clio_wb"), o(opts) { Open(); }
   ~WbFixture() {
     std::filesystem::remove(FilePath() + ".fail");
     cte.reset();
-    kv.reset();
-    std::filesystem::remove_all(dir);
   }
   std::string FilePath() const { return dir + "/tier.dat"; }
   CteConfig Config() const {
@@ -53,44 +44,13 @@ struct WbFixture {
     c.flush_interval_ms = 3600000;  // the flusher runs only when a writer kicks it
     c.reorganize = false;           // no background moves under the assertions
     c.dirty_wait_ms = o.dirty_wait_ms;
-    TierConfig ram;
-    ram.bdev.name = ram_name;
-    ram.bdev.type = BdevType::kRam;
-    ram.bdev.capacity = o.ram;
-    ram.score = 1.0;
+    TierConfig ram = RamTier(ram_name, o.ram, 1.0);
     ram.dirty_limit = o.dirty_limit;
-    TierConfig file;
-    file.bdev.name = FilePath();
-    file.bdev.type = BdevType::kFile;
-    file.bdev.capacity = o.file;
-    file.bdev.growth_unit = 4 * MiB;
-    file.score = 0.2;
-    c.tiers = {ram, file};
+    c.tiers = {ram, FileTier(FilePath(), o.file, 0.2)};
     return c;
   }
-  void Open() {
-    KvOptions ko;
-    ko.path = dir + "/md";
-    ko.commit_interval_ms = 3600000;
-    auto k = OpenRocksDbKv(ko);
-    REQUIRE(k.ok());
-    kv = std::move(k).value();
-    auto c = Cte::Open(Config(), kv.get());
-    REQUIRE_MESSAGE(c.ok(), c.status().ToString());
-    cte = std::move(c).value();
-  }
-  void Close() {
-    REQUIRE(cte->Stop().ok());
-    cte.reset();
-    REQUIRE(kv->Close().ok());
-    kv.reset();
-  }
-  TierInfo Tier(BdevType t) {
-    for (auto& i : cte->ListTiers())
-      if (i.stats.type == t) return i;
-    FAIL("no such tier");
-    return {};
-  }
+  void Open() { Start(Config()); }
+  void Close() { Stop(); }
   uint64_t RamId() { return Tier(BdevType::kRam).tier_id; }
   uint64_t FileId() { return Tier(BdevType::kFile).tier_id; }
   DirtyLedger::TierCounters RamDirty() {
