@@ -307,7 +307,6 @@ class ObjectBdev final : public BdevBase {
         if (it != pending_.end() && it->second == d.token) pending_.erase(it);
       }
       if (!s.ok()) {
-        delete_failures_.fetch_add(1);
         CLIO_LOG_WARN("{}: deleting the object of freed block {}: {} (left behind; it is never "
                       "read and is replaced when the block is written again)",
                       Describe(), d.offset, s.ToString());
@@ -334,7 +333,6 @@ class ObjectBdev final : public BdevBase {
   std::deque<PendingDelete> queue_ GUARDED_BY(queue_mu_);
   bool stopping_ GUARDED_BY(queue_mu_) = false;
   std::thread deleter_;
-  std::atomic<uint64_t> delete_failures_{0};
 };
 
 Result<std::unique_ptr<ObjectStore>> OpenStore(const BdevConfig& c, const ObjectLocation& loc,
