@@ -1,4 +1,5 @@
-// clioctl: the admin CLI: `tier stat`, `tier lifespan get|set`, `tier drain`, `tier undrain`.
+// clioctl: the admin CLI: `tier stat`, `tier add`, `tier rm`, `tier lifespan get|set`,
+// `tier drain`, `tier undrain`.
 // Exit codes: 0 ok, 1 operation failed, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -37,6 +38,19 @@ int main(int argc, char** argv) {
   drain->add_flag("--json", ctx.json, "print JSON");
   auto* undrain = tier->add_subcommand("undrain", "let a drained tier take new data again");
   undrain->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
+  std::string add_path;
+  std::vector<std::string> add_keys;
+  auto* add = tier->add_subcommand(
+      "add", "add a tier to the running node (kept across restarts), e.g. "
+             "`tier add /mnt/nvme1/clio.dat capacity_limit=100GB score=0.5`");
+  add->add_option("path", add_path, "device location: a file path, ram::NAME, or s3://bucket/prefix")->required();
+  add->add_option("keys", add_keys,
+                  "KEY=VALUE settings of a storage: entry (bdev_type, capacity_limit, score, growth_unit, "
+                  "persistence_level, alloc_log, dirty_limit, perf_metrics.write_bandwidth_mbps, ...)");
+  add->add_flag("--json", ctx.json, "print JSON");
+  auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node");
+  rm->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
+  rm->add_flag("--json", ctx.json, "print JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,10 +62,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   ctx.socket_path = cfg->socket_path;
+  ctx.config_file = cfg->file;
+  for (const clio::ComposeEntry& e : cfg->compose) {
+    if (e.mod_name != "clio_cte_core" || !e.node) continue;
+    clio::ConfigReader r(e.node, cfg->file);
+    const clio::ConfigValue* storage = r.Child("storage");
+    if (!storage) continue;
+    for (const clio::ConfigValue& item : storage->list) {
+      clio::ConfigReader t(&item, cfg->file);
+      if (auto p = t.String("path", ""); p.ok() && !p->empty()) ctx.configured_tiers.insert(*p);
+    }
+  }
   if (*stat) return clio::TierStat(ctx);
   if (*lget) return clio::TierLifespan(ctx, tier_name, std::nullopt);
   if (*lset) return clio::TierLifespan(ctx, tier_name, days);
   if (*drain) return clio::TierDrain(ctx, tier_name, false);
   if (*undrain) return clio::TierDrain(ctx, tier_name, true);
+  if (*add) return clio::TierAdd(ctx, add_path, add_keys);
+  if (*rm) return clio::TierRm(ctx, tier_name);
   return 2;
 }

@@ -2,13 +2,17 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace clio {
 
 struct CommandContext {
   std::string socket_path;
   bool json = false;
+  std::string config_file;                // where the config came from
+  std::set<std::string> configured_tiers;  // the paths of the config's storage entries
 };
 
 // `clioctl tier stat`: cli/tier_stat.cc
@@ -17,5 +21,9 @@ int TierStat(const CommandContext& ctx);
 int TierLifespan(const CommandContext& ctx, const std::string& name, std::optional<double> days);
 // `clioctl tier drain NAME` (waits until the tier is empty) / `undrain NAME`: cli/tier_ops.cc
 int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain);
+// `clioctl tier add PATH [KEY=VALUE ...]` (the keys of a storage: entry): cli/tier_add.cc
+int TierAdd(const CommandContext& ctx, const std::string& path, const std::vector<std::string>& settings);
+// `clioctl tier rm NAME` (a drained, empty tier): cli/tier_rm.cc
+int TierRm(const CommandContext& ctx, const std::string& name);
 
 }  // namespace clio

@@ -155,7 +155,9 @@ Status ConfigReader::Error(std::string_view key, std::string_view what) const {
   int line = v ? v->line : (node_ ? node_->line : 0);
   std::string path = node_ ? node_->path : "";
   if (!key.empty()) path = path.empty() ? std::string(key) : path + "." + std::string(key);
-  return ConfigError(file_ + ":" + std::to_string(line) + ": " + path + ": " + std::string(what));
+  // A tree built from something other than a file (clioctl's arguments) has no lines.
+  const std::string where = line > 0 ? file_ + ":" + std::to_string(line) : file_;
+  return ConfigError(where + ": " + path + ": " + std::string(what));
 }
 
 Result<std::string> ConfigReader::String(std::string_view key, std::string def) {

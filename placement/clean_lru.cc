@@ -42,4 +42,9 @@ size_t CleanCopyLru::Count(uint64_t tier_id) const {
   return t == tiers_.end() ? 0 : t->second.order.size();
 }
 
+void CleanCopyLru::RemoveTier(uint64_t tier_id) {
+  MutexLock l(&mu_);
+  tiers_.erase(tier_id);
+}
+
 }  // namespace clio

@@ -26,6 +26,8 @@ class CleanCopyLru {
   // Removes and returns the least recently used entry of the tier; false when it has none.
   bool PopOldest(uint64_t tier_id, uint64_t* tag, uint64_t* blob);
   size_t Count(uint64_t tier_id) const;
+  // Forgets every entry of a removed tier.
+  void RemoveTier(uint64_t tier_id);
 
  private:
   using Key = std::pair<uint64_t, uint64_t>;  // (tag, blob)

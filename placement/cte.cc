@@ -15,70 +15,8 @@
 
 namespace clio {
 namespace {
-
-constexpr std::string_view kTierKeyPrefix = "t/";
 constexpr size_t kRecoverPage = 1024;
-
-std::string TierKey(const std::string& name) { return std::string(kTierKeyPrefix) + name; }
-
-// An operator's lifespan and drain mark of a tier, kept across restarts.
-constexpr std::string_view kTierMotionPrefix = "tm/";
-std::string TierMotionKey(const std::string& name) { return std::string(kTierMotionPrefix) + name; }
-
-std::string EncodeTierMotion(double lifespan_days, bool draining) {
-  Encoder e;
-  e.Put<uint8_t>(1).Put<double>(lifespan_days).Put<uint8_t>(draining ? 1 : 0);
-  return e.Take();
-}
-
-Status DecodeTierMotion(std::string_view v, double* lifespan_days, bool* draining) {
-  Decoder d(v);
-  uint8_t version = 0, flag = 0;
-  d.Get(&version);
-  d.Get(lifespan_days);
-  d.Get(&flag);
-  CLIO_RETURN_IF_ERROR(d.Finish("tier lifespan record"));
-  if (version != 1 || flag > 1 || !std::isfinite(*lifespan_days) || *lifespan_days < 0)
-    return Corruption("tier lifespan record: unknown version or bad value");
-  *draining = flag == 1;
-  return Status::Ok();
-}
-
-struct TierRecord {
-  uint64_t id = 0;
-  Persistence persistence = Persistence::kTemporary;
-  std::string name;
-};
-
-std::string EncodeTierRecord(uint64_t id, Persistence p) {
-  Encoder e;
-  e.Put<uint8_t>(1).Put<uint64_t>(id).Put<uint8_t>(static_cast<uint8_t>(p));
-  return e.Take();
-}
-
-Result<TierRecord> DecodeTierRecord(std::string_view v) {
-  Decoder d(v);
-  uint8_t version = 0, p = 0;
-  TierRecord r;
-  d.Get(&version);
-  d.Get(&r.id);
-  d.Get(&p);
-  CLIO_RETURN_IF_ERROR(d.Finish("tier record"));
-  if (version != 1 || p > 2) return Corruption("tier record: unknown version or persistence");
-  r.persistence = static_cast<Persistence>(p);
-  return r;
-}
-
 }  // namespace
-
-// What the KV store's commit thread may touch of this CTE: the pre-commit hook and deferred
-// frees outlive the Cte object (the store closes after the pools), so they go through this
-// shared state and do nothing once the tiers are closed.
-struct Cte::TierLifetime {
-  Mutex mu;
-  bool open GUARDED_BY(mu) = true;
-  std::vector<Bdev*> persistent GUARDED_BY(mu);
-};
 
 Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   if (config.tiers.empty()) return InvalidArgument("the CTE needs at least one storage tier");
@@ -86,75 +24,30 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   std::unique_ptr<Cte> cte(new Cte(kv, config));
   cte->lifetime_ = std::make_shared<TierLifetime>();
   KvBatch records;
+  TierList tiers;
   for (const TierConfig& tc : config.tiers) {
-    BdevConfig bc = tc.bdev;
-    CLIO_ASSIGN_OR_RETURN(auto rec, kv->Get(TierKey(bc.name)));
-    if (rec) {
-      CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
-      bc.tier_id = r.id;
-      if (bc.type == BdevType::kFile && r.persistence != Persistence::kVolatile &&
-          access(bc.name.c_str(), F_OK) != 0)
-        return Corruption("tier '" + bc.name + "' (id " + std::to_string(r.id) +
-                          ") is recorded in the metadata but its file is missing; restore the "
-                          "file or erase the filesystem");
+    CLIO_ASSIGN_OR_RETURN(std::shared_ptr<Tier> tier, cte->OpenTier(tc, &records));
+    for (const auto& t : tiers) {
+      if (t->name == tier->name) return InvalidArgument("tier '" + t->name + "' is listed twice");
+      if (t->bdev->tier_id() == tier->bdev->tier_id())
+        return Corruption("tiers '" + t->name + "' and '" + tier->name + "' have the same id");
     }
-    auto bdev = Bdev::Open(bc);
-    if (!bdev.ok()) return bdev.status().WithContext("opening tier '" + bc.name + "'");
-    for (const Tier& t : cte->tiers_)
-      if (t.bdev->tier_id() == (*bdev)->tier_id())
-        return Corruption("tiers '" + t.name + "' and '" + bc.name + "' have the same id");
-    const BdevStats stats = (*bdev)->GetStats();
-    bool is_volatile = stats.persistence == Persistence::kVolatile;
-    uint64_t dirty_limit = 0;
-    if (is_volatile) {
-      dirty_limit = tc.dirty_limit ? tc.dirty_limit : stats.capacity / 2;
-      if (dirty_limit > stats.capacity)
-        return InvalidArgument("tier '" + bc.name + "': dirty_limit (" + std::to_string(dirty_limit) +
-                               " bytes) is larger than the tier's capacity (" +
-                               std::to_string(stats.capacity) + " bytes)");
-    } else if (tc.dirty_limit) {
-      return InvalidArgument("tier '" + bc.name + "': dirty_limit applies only to volatile tiers; "
-                             "a persistent tier holds no dirty data");
-    }
-    records.Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
-    Tier tier{bc.name, tc.score, std::move(bdev).value(), is_volatile, dirty_limit};
-    CLIO_ASSIGN_OR_RETURN(auto motion, kv->Get(TierMotionKey(bc.name)));
-    if (motion) {
-      double days = 0;
-      bool draining = false;
-      Status m = DecodeTierMotion(*motion, &days, &draining);
-      if (!m.ok()) return m.WithContext("tier '" + bc.name + "'");
-      tier.bdev->SetLifespan(days);
-      tier.motion->draining.store(draining);
-      if (draining || days < kDyingLifespanDays)
-        CLIO_LOG_WARN("tier '{}': lifespan {} days{}, as set before the restart", bc.name, days,
-                      draining ? ", draining" : "");
-    }
-    cte->tiers_.push_back(std::move(tier));
+    tiers.push_back(std::move(tier));
   }
-  std::stable_sort(cte->tiers_.begin(), cte->tiers_.end(),
-                   [](const Tier& a, const Tier& b) { return a.score > b.score; });
-  if (std::none_of(cte->tiers_.begin(), cte->tiers_.end(), [](const Tier& t) { return !t.is_volatile; }))
+  if (std::none_of(tiers.begin(), tiers.end(), [](const auto& t) { return !t->is_volatile; }))
     CLIO_LOG_WARN("no persistent tier is configured: fsync cannot make data durable");
+  cte->PublishTiers(std::move(tiers));
   CLIO_RETURN_IF_ERROR(kv->Apply(std::move(records)));
   CLIO_RETURN_IF_ERROR(cte->Recover());
 
-  std::vector<Bdev*> persistent;
-  for (Tier& t : cte->tiers_) {
-    if (t.is_volatile)
-      cte->dirty_bytes_.AddTier(t.bdev->tier_id(), std::max<uint64_t>(t.dirty_limit, 1));
-    else
-      persistent.push_back(t.bdev.get());
-  }
   cte->reservations_ = std::make_unique<FlushReservations>(
-      persistent, [c = cte.get()](const Bdev& b, const BdevStats& s) {
-        Tier* t = c->TierById(b.tier_id());
+      std::vector<Bdev*>{}, [c = cte.get()](const Bdev& b, const BdevStats& s) {
+        // Under the reservations' mutex: TierIn on a snapshot takes only tiers_mu_ (a leaf).
+        TierSnapshot now = c->Tiers();
+        Tier* t = TierIn(*now, b.tier_id());
         return t && !t->is_volatile && AcceptsAt(*t, s.lifetime_days);
       });
-  {
-    MutexLock l(&cte->lifetime_->mu);
-    cte->lifetime_->persistent = persistent;
-  }
+  for (const auto& t : *cte->Tiers()) cte->EnlistTier(*t);
   // Bytes and allocations reach the disk before the index entries that name them. Once the
   // tiers are closed no index change may commit: it could name bytes that were never synced.
   kv->AddPreCommitHook([life = cte->lifetime_]() -> Status {
@@ -178,20 +71,8 @@ Cte::~Cte() {
 Status Cte::Recover() {
   // Metadata knows every tier ever configured; copies on a volatile one are dropped, copies on
   // an unconfigured persistent one mean that tier still holds data.
-  std::map<uint64_t, TierRecord> known;
-  {
-    std::string after;
-    while (true) {
-      CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kTierKeyPrefix, after, kRecoverPage));
-      for (auto& [k, v] : page) {
-        CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(v));
-        r.name = k.substr(kTierKeyPrefix.size());
-        known[r.id] = r;
-      }
-      if (page.size() < kRecoverPage) break;
-      after = page.back().first;
-    }
-  }
+  CLIO_ASSIGN_OR_RETURN(auto known, KnownTiers());
+  const TierSnapshot tiers = Tiers();
   std::map<uint64_t, ExtentList> referenced;
   uint64_t dropped = 0, entries = 0;
   std::string after;
@@ -205,7 +86,7 @@ Status Cte::Recover() {
       BlobEntry kept;
       bool changed = false;
       for (BlobCopy& c : e->copies) {
-        Tier* t = TierById(c.tier_id);
+        Tier* t = TierIn(*tiers, c.tier_id);
         if (!t) {
           auto k = known.find(c.tier_id);
           if (k == known.end() || k->second.persistence != Persistence::kVolatile)
@@ -236,7 +117,8 @@ Status Cte::Recover() {
     if (page.size() < kRecoverPage) break;
     after = page.back().first;
   }
-  for (Tier& t : tiers_) {
+  for (const auto& tp : *tiers) {
+    Tier& t = *tp;
     Status s = t.bdev->Reconcile(referenced[t.bdev->tier_id()]);
     if (!s.ok()) return s.WithContext("reconciling tier '" + t.name + "'");
     // One record per live extent from here on: the log does not grow across restarts.
@@ -251,21 +133,15 @@ Cte::Stripe& Cte::StripeFor(uint64_t tag, uint64_t blob) {
   return stripes_[std::hash<uint64_t>{}(tag * 0x9e3779b97f4a7c15ull ^ blob) % kStripes];
 }
 
-Cte::Tier* Cte::TierById(uint64_t id) {
-  for (Tier& t : tiers_)
-    if (t.bdev->tier_id() == id) return &t;
-  return nullptr;
-}
-
 bool Cte::Accepts(const Tier& t) { return AcceptsAt(t, t.bdev->GetStats().lifetime_days); }
 
 bool Cte::AcceptsAt(const Tier& t, double lifetime_days) {
-  if (t.motion->draining.load(std::memory_order_acquire)) return false;
+  if (t.draining.load(std::memory_order_acquire)) return false;
   return lifetime_days >= (t.is_volatile ? kDeadLifespanDays : kDyingLifespanDays);
 }
 
 std::string Cte::Refusal(const Tier& t) {
-  if (t.motion->draining.load()) return "tier '" + t.name + "' is draining";
+  if (t.draining.load()) return "tier '" + t.name + "' is draining";
   char days[32];
   std::snprintf(days, sizeof days, "%g", t.bdev->GetStats().lifetime_days);
   return "tier '" + t.name + "' is dying (lifespan " + days + " days)";
@@ -274,19 +150,12 @@ std::string Cte::Refusal(const Tier& t) {
 Status Cte::SetLifespan(uint64_t tier_id, double days) {
   if (!std::isfinite(days) || days < 0)
     return InvalidArgument("lifespan must be a finite number of days >= 0, not " + std::to_string(days));
-  Tier* t = TierById(tier_id);
+  MutexLock change(&tier_change_mu_);  // a removed tier's records stay removed
+  std::shared_ptr<Tier> t = TierById(tier_id);
   if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
   t->bdev->SetLifespan(days);
   CLIO_LOG_INFO("tier '{}': lifespan set to {} days", t->name, days);
   return SaveMotion(*t);
-}
-
-Status Cte::SaveMotion(const Tier& t) {
-  KvBatch batch;
-  batch.Put(TierMotionKey(t.name), EncodeTierMotion(t.bdev->GetStats().lifetime_days, t.motion->draining.load()));
-  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
-  // An operator's decision: durable when the call returns.
-  return kv_->Sync();
 }
 
 Result<BlobEntry> Cte::LoadEntry(uint64_t tag, uint64_t blob) {
@@ -299,33 +168,36 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
                     int64_t* stored_delta) {
   if (data.empty()) return Status::Ok();
   if (offset + data.size() < offset) return InvalidArgument("blob write past 2^64");
-  std::vector<bool> skip(tiers_.size(), false), evicted(tiers_.size(), false);
+  // One tier list for every attempt: the indices in `skip`, `evicted` and PutAttempt refer
+  // to it. A tier added meanwhile is used by the next write.
+  const TierSnapshot tiers = Tiers();
+  std::vector<bool> skip(tiers->size(), false), evicted(tiers->size(), false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(dirty_wait_ms_);
   while (true) {
-    PutAttempt a = PutOnce(tag, blob, offset, data, stored_delta, skip, evicted);
+    PutAttempt a = PutOnce(tag, blob, offset, data, stored_delta, *tiers, skip, evicted);
     switch (a.step) {
       case PutStep::kDone:
         return a.status;
       case PutStep::kWaitDirty:
         // No lock is held here: the flusher needs this blob's stripe to make room.
         KickFlusher();
-        if (!dirty_bytes_.WaitForRoom(tiers_[a.tier].bdev->tier_id(), a.bytes, deadline)) {
+        if (!dirty_bytes_.WaitForRoom((*tiers)[a.tier]->bdev->tier_id(), a.bytes, deadline)) {
           CLIO_LOG_WARN("tier '{}' stayed at its dirty limit for {} ms; placing the write on the next tier",
-                        tiers_[a.tier].name, dirty_wait_ms_);
+                        (*tiers)[a.tier]->name, dirty_wait_ms_);
           skip[a.tier] = true;
         }
         break;
       case PutStep::kEvict:
         evicted[a.tier] = true;
-        EvictClean(a.tier, a.bytes);
+        EvictClean(*(*tiers)[a.tier], a.bytes);
         break;
     }
   }
 }
 
 Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
-                             int64_t* stored_delta, const std::vector<bool>& skip,
-                             const std::vector<bool>& evicted) {
+                             int64_t* stored_delta, const TierList& tiers,
+                             const std::vector<bool>& skip, const std::vector<bool>& evicted) {
   auto done = [](Status s) { return PutAttempt{PutStep::kDone, std::move(s), 0, 0}; };
   const uint64_t end = offset + data.size();
   Stripe& s = StripeFor(tag, blob);
@@ -335,8 +207,8 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   const BlobEntry& e = *loaded;
   const uint64_t stored_before = e.stored();
   Status last = NoSpace("no tier has room for " + std::to_string(data.size()) + " bytes");
-  for (size_t ti = 0; ti < tiers_.size(); ++ti) {
-    Tier& t = tiers_[ti];
+  for (size_t ti = 0; ti < tiers.size(); ++ti) {
+    Tier& t = *tiers[ti];
     if (skip[ti]) continue;
     if (!Accepts(t)) {  // dying or draining: place elsewhere
       if (last.code() == Code::kNoSpace) last = NoSpace("no tier can take " + std::to_string(data.size()) +
@@ -422,7 +294,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   return done(last);
 }
 
-Status Cte::ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out) {
+Status Cte::ReadMerged(const BlobEntry& e, const TierList& tiers, uint64_t offset, uint64_t len, char* out) {
   std::fill(out, out + len, 0);
   RangeSet need;
   need.Add(offset, offset + len);
@@ -434,7 +306,7 @@ Status Cte::ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* 
       for (const auto& p : part.ranges()) have.Add(p.begin, p.end);
     }
     if (have.empty()) continue;
-    Tier* t = TierById(c.tier_id);
+    Tier* t = TierIn(tiers, c.tier_id);
     if (!t) return Internal("blob copy on unknown tier id " + std::to_string(c.tier_id));
     for (const auto& r : have.ranges()) {
       Status s = t->bdev->Read(c.extents, r.begin, r.end - r.begin, out + (r.begin - offset));
@@ -449,13 +321,14 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  const TierSnapshot tiers = Tiers();
   for (const BlobCopy& c : e.copies) {
     if (c.state != CopyState::kClean) continue;
-    Tier* t = TierById(c.tier_id);
+    Tier* t = TierIn(*tiers, c.tier_id);
     if (t && t->is_volatile) clean_lru_.Touch(c.tier_id, tag, blob);
   }
   if (!e.copies.empty()) NoteAccess(s, tag, blob);
-  return ReadMerged(e, offset, len, out);
+  return ReadMerged(e, *tiers, offset, len, out);
 }
 
 Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
@@ -468,18 +341,18 @@ Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
   return out;
 }
 
-void Cte::ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch) {
+void Cte::ReleaseCopies(std::vector<BlobCopy> copies, const TierList& tiers, KvBatch* batch) {
   for (BlobCopy& c : copies) {
-    Tier* t = TierById(c.tier_id);
-    if (!t || c.extents.empty()) continue;
-    Bdev* b = t->bdev.get();
+    auto it = std::find_if(tiers.begin(), tiers.end(), [&](const auto& t) { return t->bdev->tier_id() == c.tier_id; });
+    if (it == tiers.end() || c.extents.empty()) continue;
+    std::shared_ptr<Tier> t = *it;
     // Persistent extents are reused only once the index change that released them is
     // durable; until then a crash would bring the old entry back, naming them. If the tiers
     // closed first, the next start's reconciliation frees them instead.
-    batch->OnDurable([b, life = lifetime_, ext = std::move(c.extents)] {
+    batch->OnDurable([t, life = lifetime_, ext = std::move(c.extents)] {
       MutexLock l(&life->mu);
       if (!life->open) return;
-      Status s = b->Free(ext);
+      Status s = t->bdev->Free(ext);
       if (!s.ok()) CLIO_LOG_ERROR("freeing released extents: {}", s.ToString());
     });
   }
@@ -499,7 +372,7 @@ Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stor
   for (const BlobCopy& c : e.copies) tier_ids.push_back(c.tier_id);
   KvBatch batch;
   batch.Delete(BlobKey(tag, blob));
-  ReleaseCopies(std::move(e.copies), &batch);
+  ReleaseCopies(std::move(e.copies), *Tiers(), &batch);
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
   // Nothing left to flush: its reservation and dirty bytes go with it.
   dirty_bytes_.ReleaseBlob(tag, blob);
@@ -580,15 +453,15 @@ Status Cte::DelTag(uint64_t tag) {
 
 std::vector<TierInfo> Cte::ListTiers() {
   std::vector<TierInfo> out;
-  for (Tier& t : tiers_) out.push_back({t.name, t.bdev->tier_id(), t.score, t.bdev->GetStats()});
+  for (const auto& t : *Tiers()) out.push_back({t->name, t->bdev->tier_id(), t->score, t->bdev->GetStats()});
   return out;
 }
 
 std::pair<uint64_t, uint64_t> Cte::PersistentSpace() {
   uint64_t cap = 0, rem = 0;
-  for (Tier& t : tiers_) {
-    if (t.is_volatile) continue;
-    BdevStats s = t.bdev->GetStats();
+  for (const auto& t : *Tiers()) {
+    if (t->is_volatile) continue;
+    BdevStats s = t->bdev->GetStats();
     cap += s.capacity;
     rem += s.remaining;
   }

@@ -63,7 +63,9 @@ inline constexpr double kCacheKeepFill = 0.75;
 
 struct TierConfig {
   BdevConfig bdev;
-  double score = 0.5;  // placement rank, higher first
+  // Placement rank in [0, 1], higher first. Unset: PerfScore() of the tier's perf_metrics.
+  // Tiers of equal score are ranked by perf_metrics (RanksBefore).
+  std::optional<double> score;
   // Volatile tiers only: the most dirty (not yet flushed) bytes the tier may hold.
   // 0: half the tier's capacity. At most the capacity.
   uint64_t dirty_limit = 0;
@@ -88,6 +90,17 @@ struct CteConfig {
   double reorganize_threshold = 0.3;              // score difference, (0, 1]
   double score_decay = 0.5;                       // per pass, (0, 1)
 };
+
+// The score of a tier configured without one: log10 of the slower of its read and write
+// bandwidths in MB/s, over 5, clamped to [0, 1] (100 MB/s -> 0.4, 1 GB/s -> 0.6, 10 GB/s -> 0.8),
+// so the type defaults of storage/bdev.h rank hbm > ram > pinned > file > s3 and gcs.
+double PerfScore(const PerfMetrics& p);
+
+// Placement order of two tiers: the higher score first; at equal scores, by perf_metrics: the
+// higher write bandwidth, then the lower write latency, then the higher read bandwidth; then by
+// name, so the order is deterministic.
+bool RanksBefore(double score_a, const PerfMetrics& a, std::string_view name_a, double score_b,
+                 const PerfMetrics& b, std::string_view name_b);
 
 // The first movement key of `c` that is out of range, and what is wrong with it; nullopt when
 // all are valid. Used by Cte::Open and the config parser (which names file and line).
@@ -219,6 +232,26 @@ class Cte {
   // plus accesses since), for tests and `clioctl`.
   double BlobScore(uint64_t tag, uint64_t blob);
 
+  // Adds a tier to the running CTE (`clioctl tier add`): opens its bdev (under the id the
+  // metadata recorded for its name, if any), frees whatever its allocator still held (no index
+  // entry can name a tier that is not configured), and records the tier with `spec` in the
+  // metadata, durable on return. `spec` is opaque here: the runtime glue keeps the tier's keys
+  // in it and gets it back from AddedTierSpecs() at the next start, so the tier comes back.
+  // Placement uses the tier from the moment the call returns. Errors: AlreadyExists (a tier
+  // of that name or id is in use), InvalidArgument (bad dirty_limit), the bdev's own errors.
+  Result<TierInfo> AddTier(const TierConfig& config, std::string_view spec);
+  // Removes a drained tier (`clioctl tier rm`): placement forgets it, its records (id, lifespan,
+  // drain mark, added spec) leave the metadata (durable on return), and its bdev closes once no
+  // operation in flight still holds it. Its file or segment stays where it is. Errors: NotFound;
+  // Busy when it is not marked draining or still holds bytes (drain it first), or is the last
+  // tier, or the last persistent tier while a volatile one remains (fsync could not be durable).
+  Status RemoveTier(uint64_t tier_id);
+  // The (name, spec) pairs AddTier recorded, in name order; for the runtime glue at start.
+  static Result<std::vector<std::pair<std::string, std::string>>> AddedTierSpecs(KvStore* kv);
+  // Drops the recorded spec of `name` (the config lists that tier itself now).
+  static Status ForgetAddedTier(KvStore* kv, const std::string& name);
+
+  // Tiers in placement order (RanksBefore).
   std::vector<TierInfo> ListTiers();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
@@ -228,26 +261,29 @@ class Cte {
   Status Stop();
 
  private:
+  // A tier, shared by the tier list and by every operation that took a snapshot of it
+  // (Tiers()): a removed tier's bdev closes when the last snapshot naming it is gone.
   struct Tier {
     std::string name;
-    double score;
+    double score = 0;
     std::unique_ptr<Bdev> bdev;
-    bool is_volatile;
-    uint64_t dirty_limit;  // volatile tiers: bytes
-    // Movement state, read lock-free (Tier is moved while tiers_ is built, hence the pointer).
-    struct Motion {
-      std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here
-      std::atomic<uint64_t> drained_bytes{0};
-      std::atomic<uint64_t> drained_copies{0};
-    };
-    std::unique_ptr<Motion> motion = std::make_unique<Motion>();
+    bool is_volatile = false;
+    uint64_t dirty_limit = 0;  // volatile tiers: bytes
+    // Movement state, read lock-free.
+    std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here
+    std::atomic<uint64_t> drained_bytes{0};
+    std::atomic<uint64_t> drained_copies{0};
   };
+  // The tiers in placement order. Never changed once published: AddTier and RemoveTier
+  // publish a new list.
+  using TierList = std::vector<std::shared_ptr<Tier>>;
+  using TierSnapshot = std::shared_ptr<const TierList>;
   // What one placement attempt under the stripe lock asks PutBlob to do next.
   enum class PutStep { kDone, kWaitDirty, kEvict };
   struct PutAttempt {
     PutStep step = PutStep::kDone;
     Status status;
-    size_t tier = 0;     // kWaitDirty, kEvict: index into tiers_
+    size_t tier = 0;     // kWaitDirty, kEvict: index into the TierList PutOnce was given
     uint64_t bytes = 0;  // kWaitDirty: dirty bytes the write adds; kEvict: bytes to free
   };
   // A blob's decayed access count (see CteConfig): kept beside its stripe lock, which every
@@ -291,8 +327,27 @@ class Cte {
   // Waits until `until` or Stop(); false when stopping.
   bool ReorganizerWait(std::chrono::steady_clock::time_point until);
   Status Recover();
+  // Every tier the metadata has a record of (configured now or before), by id.
+  struct KnownTier {
+    std::string name;
+    Persistence persistence = Persistence::kTemporary;
+  };
+  Result<std::map<uint64_t, KnownTier>> KnownTiers();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
-  Tier* TierById(uint64_t id);
+  // The tier list now. Operations take one snapshot and use it throughout; a tier added
+  // meanwhile is used by the next operation, a removed one stays valid while held.
+  TierSnapshot Tiers() const EXCLUDES(tiers_mu_);
+  // Publishes `next` (sorted here into placement order) as the tier list.
+  void PublishTiers(TierList next) EXCLUDES(tiers_mu_);
+  static Tier* TierIn(const TierList& tiers, uint64_t id);
+  std::shared_ptr<Tier> TierById(uint64_t id);
+  // Opens one configured tier: its bdev under the id recorded for its name, its lifespan and
+  // drain mark as recorded. Adds its id record to `records`.
+  Result<std::shared_ptr<Tier>> OpenTier(const TierConfig& tc, KvBatch* records);
+  // Makes the tier's room and syncs count: flush reservations and the pre-commit sync for a
+  // persistent tier, the dirty ledger for a volatile one. RetireTier undoes it.
+  void EnlistTier(Tier& t);
+  void RetireTier(Tier& t);
   // Whether the tier takes a new copy now: not draining, and a lifespan that allows it
   // (volatile copies: kDeadLifespanDays; persistent: kDyingLifespanDays). Lock-free.
   static bool Accepts(const Tier& t);
@@ -306,39 +361,39 @@ class Cte {
   // One try at placing a write, under the blob's stripe lock. `skip`: tiers not to use
   // (dirty wait timed out); `evicted`: tiers whose clean copies were already evicted for it.
   PutAttempt PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::string_view data,
-                     int64_t* stored_delta, const std::vector<bool>& skip,
+                     int64_t* stored_delta, const TierList& tiers, const std::vector<bool>& skip,
                      const std::vector<bool>& evicted);
   // Drops least recently used clean copies of the volatile tier until `bytes` are freed or
   // none is left. Takes each victim's stripe lock: call without holding one.
-  void EvictClean(size_t tier, uint64_t bytes);
-  // Drops the blob's clean copies on volatile tier `tier` when the other copies hold every
+  void EvictClean(Tier& t, uint64_t bytes);
+  // Drops the blob's clean copies on volatile tier `t` when the other copies hold every
   // byte they hold (Internal otherwise: nothing dropped). Returns the bytes freed (0: no clean
   // copy there). Takes the stripe lock: call without holding one.
-  Result<uint64_t> DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob);
+  Result<uint64_t> DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob);
   // Copies the merged bytes of a blob whose copies are all clean to one new clean copy on
-  // tiers_[target], reading and writing without the stripe lock, then swaps it in under the
+  // `target` (a tier of `tiers`), reading and writing without the stripe lock, then swaps it in under the
   // lock if the index entry is unchanged (*changed = true otherwise, or when the blob has a
   // dirty copy: nothing done). A
   // persistent target replaces every persistent copy (volatile caches stay unless on
   // `off_tier`); a volatile target adds a cache copy in front. Returns the bytes copied.
   // NoSpace when the target has no room (or its room is reserved for flushes).
-  Result<uint64_t> CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uint64_t off_tier,
-                              bool* changed);
-  // Moves every copy of the blob off tiers_[tier] (Drain). Adds the bytes copied to *moved.
-  Status DrainBlob(uint64_t tag, uint64_t blob, size_t tier, uint64_t* moved);
-  size_t TierIndex(const Tier& t) const { return static_cast<size_t>(&t - tiers_.data()); }
+  Result<uint64_t> CopyBlobTo(uint64_t tag, uint64_t blob, Tier& target, uint64_t off_tier,
+                              const TierList& tiers, bool* changed);
+  // Moves every copy of the blob off tier `t` (Drain). Adds the bytes copied to *moved.
+  Status DrainBlob(uint64_t tag, uint64_t blob, Tier& t, const TierList& tiers, uint64_t* moved);
   // Wakes the flusher now (a tier reached its dirty limit).
   void KickFlusher();
   // Reads the merged view of a blob; requires the blob's stripe lock, or a check after the
   // read that the entry did not change (CopyBlobTo).
-  Status ReadMerged(const BlobEntry& e, uint64_t offset, uint64_t len, char* out);
+  Status ReadMerged(const BlobEntry& e, const TierList& tiers, uint64_t offset, uint64_t len, char* out);
   // Copies a dirty blob to a persistent tier; requires the stripe lock.
   Status FlushBlobLocked(uint64_t tag, uint64_t blob);
   Status FlushOne(uint64_t tag, uint64_t blob);
   // Deletes the blob's entry and releases its copies; requires the stripe lock.
   Status RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stored_delta = nullptr);
   // Adds OnDurable frees for the copies' extents.
-  void ReleaseCopies(std::vector<BlobCopy> copies, KvBatch* batch);
+  // The frees keep their tier alive (a removed tier's bdev closes after them).
+  void ReleaseCopies(std::vector<BlobCopy> copies, const TierList& tiers, KvBatch* batch);
   void MarkDirty(uint64_t tag, uint64_t blob);
   void FlusherLoop();
 
@@ -350,7 +405,11 @@ class Cte {
   const uint64_t reorganize_bandwidth_;  // bytes per second
   const double reorganize_threshold_;
   const double score_decay_;
-  std::vector<Tier> tiers_;  // sorted by score, highest first; fixed after Open
+  // AddTier and RemoveTier one at a time, and against Undrain (so a tier being removed stays
+  // drained). Taken before move_mu_ and any stripe lock; never held by Drain.
+  Mutex tier_change_mu_;
+  mutable Mutex tiers_mu_;  // a leaf: held only to copy or replace the pointer
+  TierSnapshot tiers_ GUARDED_BY(tiers_mu_);
   std::unique_ptr<Stripe[]> stripes_ = std::make_unique<Stripe[]>(kStripes);
   std::atomic<uint64_t> generation_{1};
   std::unique_ptr<FlushReservations> reservations_;  // set in Open(), once the tiers are known
@@ -366,9 +425,10 @@ class Cte {
   // The last blob index key the reorganizer's scan for cold blobs read ("" = from the start).
   std::string reorg_after_ GUARDED_BY(move_mu_);
 
-  // Lock order: move_mu_ -> one stripe's mu (never two at once) -> dirty_mu_ -> the internal mutexes of
-  // reservations_, dirty_bytes_ and clean_lru_ (leaves). No lock is held while waiting for
-  // the dirty limit.
+  // Lock order: tier_change_mu_ -> move_mu_ -> one stripe's mu (never two at once) -> dirty_mu_
+  // -> the internal mutexes of reservations_, dirty_bytes_ and clean_lru_ -> tiers_mu_ (a leaf;
+  // the reservations' lifespan check reads the tier list). tier_change_mu_ -> lifetime_->mu.
+  // No lock is held while waiting for the dirty limit.
   Mutex dirty_mu_;
   std::set<std::pair<uint64_t, uint64_t>> dirty_ GUARDED_BY(dirty_mu_);
   std::vector<std::pair<uint64_t, Status>> flush_errors_ GUARDED_BY(dirty_mu_);
@@ -381,7 +441,14 @@ class Cte {
   bool reorg_stop_ GUARDED_BY(reorg_mu_) = false;
   CondVar reorg_cv_;
   std::thread reorganizer_;
-  struct TierLifetime;
+  // What the KV store's commit thread may touch of this CTE: the pre-commit hook and deferred
+  // frees outlive the Cte object (the store closes after the pools), so they go through this
+  // shared state and do nothing once the tiers are closed.
+  struct TierLifetime {
+    Mutex mu;
+    bool open GUARDED_BY(mu) = true;
+    std::vector<Bdev*> persistent GUARDED_BY(mu);
+  };
   std::shared_ptr<TierLifetime> lifetime_;  // set first thing in Open()
 };
 

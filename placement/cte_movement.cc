@@ -28,10 +28,9 @@ std::string BlobName(uint64_t tag, uint64_t blob) { return std::to_string(tag) +
 
 }  // namespace
 
-Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uint64_t off_tier,
-                                 bool* changed) {
+Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t off_tier,
+                                 const TierList& tiers, bool* changed) {
   *changed = false;
-  Tier& t = tiers_[target];
   const uint64_t tid = t.bdev->tier_id();
   Stripe& s = StripeFor(tag, blob);
   BlobEntry before;
@@ -53,7 +52,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
   const uint64_t size = before.size();
   std::string buf(size, '\0');
   // No lock: validated below by comparing the entry (see the top of this file).
-  CLIO_RETURN_IF_ERROR(ReadMerged(before, 0, size, buf.data()));
+  CLIO_RETURN_IF_ERROR(ReadMerged(before, tiers, 0, size, buf.data()));
 
   // A persistent target may not take room reserved for dirty blobs' flushes.
   auto a = t.is_volatile ? t.bdev->Allocate(size) : reservations_->AllocateDirect(t.bdev.get(), size);
@@ -95,7 +94,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
     // The new persistent copy holds every byte: it replaces every persistent copy. Volatile
     // read caches stay in front (they hold the same bytes as the merged view).
     for (BlobCopy& c : before.copies) {
-      Tier* ct = TierById(c.tier_id);
+      Tier* ct = TierIn(tiers, c.tier_id);
       if (ct && ct->is_volatile && c.tier_id != off_tier)
         next.copies.push_back(std::move(c));
       else
@@ -106,7 +105,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
   std::vector<std::pair<Tier*, BlobCopy>> free_now;
   std::vector<BlobCopy> persistent_released;
   for (BlobCopy& c : released) {
-    Tier* ct = TierById(c.tier_id);
+    Tier* ct = TierIn(tiers, c.tier_id);
     if (ct && ct->is_volatile)
       free_now.emplace_back(ct, std::move(c));
     else
@@ -114,7 +113,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
   }
   KvBatch batch;
   batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
-  ReleaseCopies(std::move(persistent_released), &batch);
+  ReleaseCopies(std::move(persistent_released), tiers, &batch);
   Status ap = kv_->Apply(std::move(batch));
   if (!ap.ok()) {
     (void)t.bdev->Free(fresh.extents);
@@ -130,8 +129,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, size_t target, uin
   return all.bytes();
 }
 
-Status Cte::DrainBlob(uint64_t tag, uint64_t blob, size_t tier, uint64_t* moved) {
-  Tier& t = tiers_[tier];
+Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, const TierList& tiers, uint64_t* moved) {
   const uint64_t tid = t.bdev->tier_id();
   for (int attempt = 0; attempt < kMoveAttempts; ++attempt) {
     BlobEntry e;
@@ -148,27 +146,28 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, size_t tier, uint64_t* moved)
       // tier), with the reservation and dirty accounting it already keeps.
       Status f = FlushOne(tag, blob);
       if (!f.ok()) return f.WithContext("flushing blob " + BlobName(tag, blob) + " before moving it off");
-      t.motion->drained_copies.fetch_add(1);
+      t.drained_copies.fetch_add(1);
       continue;
     }
     if (t.is_volatile) {
-      CLIO_ASSIGN_OR_RETURN(uint64_t freed, DropCleanCopies(tier, tag, blob));
-      if (freed > 0) t.motion->drained_copies.fetch_add(1);
+      CLIO_ASSIGN_OR_RETURN(uint64_t freed, DropCleanCopies(t, tag, blob));
+      if (freed > 0) t.drained_copies.fetch_add(1);
       continue;
     }
     Status last = NoSpace("no other persistent tier takes data");
     bool changed = false, done = false;
-    for (size_t ti = 0; ti < tiers_.size() && !done; ++ti) {
-      if (ti == tier || !AcceptsPersistent(tiers_[ti])) continue;
-      auto r = CopyBlobTo(tag, blob, ti, tid, &changed);
+    for (size_t ti = 0; ti < tiers.size() && !done; ++ti) {
+      Tier& to = *tiers[ti];
+      if (&to == &t || !AcceptsPersistent(to)) continue;
+      auto r = CopyBlobTo(tag, blob, to, tid, tiers, &changed);
       if (!r.ok()) {
         if (r.status().code() != Code::kNoSpace) return r.status();
         last = r.status();
         continue;
       }
       *moved += *r;
-      t.motion->drained_bytes.fetch_add(*r);
-      if (!changed) t.motion->drained_copies.fetch_add(1);
+      t.drained_bytes.fetch_add(*r);
+      if (!changed) t.drained_copies.fetch_add(1);
       done = true;
     }
     if (!done)
@@ -180,13 +179,20 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, size_t tier, uint64_t* moved)
 }
 
 Status Cte::Drain(uint64_t tier_id) {
-  Tier* tp = TierById(tier_id);
-  if (!tp) return NotFound("no tier with id " + std::to_string(tier_id));
+  std::shared_ptr<Tier> tp;
+  {
+    // Marked while the tier is surely in the list (RemoveTier and Undrain take this lock).
+    MutexLock change(&tier_change_mu_);
+    tp = TierById(tier_id);
+    if (!tp) return NotFound("no tier with id " + std::to_string(tier_id));
+    tp->draining.store(true, std::memory_order_release);
+    if (Status sm = SaveMotion(*tp); !sm.ok())
+      return sm.WithContext("recording the drain of tier '" + tp->name + "'");
+  }
   Tier& t = *tp;
-  const size_t tier = TierIndex(t);
   MutexLock m(&move_mu_);
-  t.motion->draining.store(true, std::memory_order_release);
-  if (Status sm = SaveMotion(t); !sm.ok()) return sm.WithContext("recording the drain of tier '" + t.name + "'");
+  // The other tiers as they are now; a tier added during the drain is used by the next one.
+  const TierSnapshot tiers = Tiers();
   // A barrier: every allocation on a tier happens under some blob's stripe lock (a write, a
   // flush; the reorganizer is kept out by move_mu_), so once each stripe has been taken and
   // released, every placement that read the tier as open has committed or given up, and every
@@ -215,7 +221,7 @@ Status Cte::Drain(uint64_t tier_id) {
           continue;
         uint64_t tag = 0, blob = 0;
         if (!ParseBlobKey(key, &tag, &blob)) return fail(Corruption("a blob index key that does not parse"));
-        Status s = DrainBlob(tag, blob, tier, &moved);
+        Status s = DrainBlob(tag, blob, t, *tiers, &moved);
         if (!s.ok()) return fail(s);
         ++handled;
       }
@@ -241,20 +247,21 @@ Status Cte::Drain(uint64_t tier_id) {
 }
 
 Result<DrainProgress> Cte::GetDrainProgress(uint64_t tier_id) {
-  Tier* t = TierById(tier_id);
+  std::shared_ptr<Tier> t = TierById(tier_id);
   if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
   DrainProgress p;
-  p.draining = t->motion->draining.load();
+  p.draining = t->draining.load();
   p.bytes_left = t->bdev->GetStats().used;
-  p.moved_bytes = t->motion->drained_bytes.load();
-  p.moved_copies = t->motion->drained_copies.load();
+  p.moved_bytes = t->drained_bytes.load();
+  p.moved_copies = t->drained_copies.load();
   return p;
 }
 
 Status Cte::Undrain(uint64_t tier_id) {
-  Tier* t = TierById(tier_id);
+  MutexLock change(&tier_change_mu_);
+  std::shared_ptr<Tier> t = TierById(tier_id);
   if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
-  t->motion->draining.store(false, std::memory_order_release);
+  t->draining.store(false, std::memory_order_release);
   CLIO_LOG_INFO("tier '{}': drain mark lifted", t->name);
   return SaveMotion(*t);
 }

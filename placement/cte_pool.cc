@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/codec.h"
+#include "common/log.h"
 #include "storage/bdev_config.h"
 #include "storage/kv.h"
 
@@ -37,37 +38,126 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   if (!storage || storage->kind != ConfigValue::Kind::kList || storage->list.empty())
     return r.Error("storage", "the CTE needs a non-empty list of storage tiers");
   for (const ConfigValue& item : storage->list) {
-    ConfigReader t(&item, file);
-    if (item.kind != ConfigValue::Kind::kMap) return t.Error("", "expected a map describing one tier");
-    TierConfig tc;
-    CLIO_ASSIGN_OR_RETURN(tc.bdev.name, t.String("path", ""));
-    if (tc.bdev.name.empty()) return t.Error("", "missing path");
-    // Every bdev key (bdev_type, capacity_limit, alloc, ...) is parsed where the bdev lives.
-    CLIO_RETURN_IF_ERROR(ParseBdevKeys(t, &tc.bdev));
-    CLIO_ASSIGN_OR_RETURN(tc.score, t.Double("score", 0.5));
-    if (tc.score < 0 || tc.score > 1) return t.Error("score", "must be between 0 and 1");
-    if (t.Has("dirty_limit")) {
-      CLIO_ASSIGN_OR_RETURN(tc.dirty_limit, t.Size("dirty_limit", 0));
-      const bool memory = tc.bdev.type == BdevType::kRam || tc.bdev.type == BdevType::kPinned ||
-                          tc.bdev.type == BdevType::kHbm || tc.bdev.type == BdevType::kNoop;
-      const bool is_volatile = tc.bdev.persistence ? *tc.bdev.persistence == Persistence::kVolatile : memory;
-      if (!is_volatile)
-        return t.Error("dirty_limit", "applies only to volatile tiers (a persistent tier holds no dirty data)");
-      if (tc.dirty_limit < kMinDirtyLimit)
-        return t.Error("dirty_limit", "must be at least 1MiB (one chunk), or left out for half the capacity");
-      if (tc.bdev.capacity != 0 && tc.dirty_limit > tc.bdev.capacity)
-        return t.Error("dirty_limit", "must not be larger than capacity_limit");
-    }
-    CLIO_RETURN_IF_ERROR(t.Finish());
+    CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierEntry(item, file));
+    for (const TierConfig& other : cfg.tiers)
+      if (other.bdev.name == tc.bdev.name)
+        return ConfigReader(&item, file).Error("path", "tier '" + tc.bdev.name + "' is listed twice");
     cfg.tiers.push_back(std::move(tc));
   }
   return cfg;
+}
+
+Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& file) {
+  ConfigReader t(&item, file);
+  if (item.kind != ConfigValue::Kind::kMap) return t.Error("", "expected a map describing one tier");
+  TierConfig tc;
+  CLIO_ASSIGN_OR_RETURN(tc.bdev.name, t.String("path", ""));
+  if (tc.bdev.name.empty()) return t.Error("", "missing path");
+  // Every bdev key (bdev_type, capacity_limit, alloc, ...) is parsed where the bdev lives.
+  CLIO_RETURN_IF_ERROR(ParseBdevKeys(t, &tc.bdev));
+  if (t.Has("score")) {
+    CLIO_ASSIGN_OR_RETURN(double score, t.Double("score", 0));
+    if (!(score >= 0 && score <= 1)) return t.Error("score", "must be between 0 and 1");
+    tc.score = score;
+  }
+  if (t.Has("dirty_limit")) {
+    CLIO_ASSIGN_OR_RETURN(tc.dirty_limit, t.Size("dirty_limit", 0));
+    const bool memory = tc.bdev.type == BdevType::kRam || tc.bdev.type == BdevType::kPinned ||
+                        tc.bdev.type == BdevType::kHbm || tc.bdev.type == BdevType::kNoop;
+    const bool is_volatile = tc.bdev.persistence ? *tc.bdev.persistence == Persistence::kVolatile : memory;
+    if (!is_volatile)
+      return t.Error("dirty_limit", "applies only to volatile tiers (a persistent tier holds no dirty data)");
+    if (tc.dirty_limit < kMinDirtyLimit)
+      return t.Error("dirty_limit", "must be at least 1MiB (one chunk), or left out for half the capacity");
+    if (tc.bdev.capacity != 0 && tc.dirty_limit > tc.bdev.capacity)
+      return t.Error("dirty_limit", "must not be larger than capacity_limit");
+  }
+  CLIO_RETURN_IF_ERROR(t.Finish());
+  return tc;
+}
+
+std::string EncodeTierSpec(const std::vector<std::pair<std::string, std::string>>& keys) {
+  Encoder e;
+  e.Put<uint8_t>(kTierSpecVersion).Put<uint32_t>(static_cast<uint32_t>(keys.size()));
+  for (const auto& [k, v] : keys) e.PutBytes(k).PutBytes(v);
+  return e.Take();
+}
+
+Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where) {
+  Decoder d(spec);
+  uint8_t version = 0;
+  uint32_t n = 0;
+  d.Get(&version);
+  d.Get(&n);
+  if (!d.failed() && version != kTierSpecVersion)
+    return Corruption(where + ": tier keys of version " + std::to_string(version) + ", this build reads " +
+                      std::to_string(kTierSpecVersion));
+  if (n > spec.size()) return Corruption(where + ": impossible key count");
+  // Keys "a.b" are key b of the map a (perf_metrics.iops), as in the YAML of a storage entry.
+  ConfigValue root;
+  root.kind = ConfigValue::Kind::kMap;
+  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+    std::string key, value;
+    d.GetString(&key);
+    d.GetString(&value);
+    if (d.failed()) break;
+    ConfigValue* node = &root;
+    std::string path;
+    size_t start = 0;
+    while (true) {
+      const size_t dot = key.find('.', start);
+      const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      if (part.empty()) return InvalidArgument(where + ": '" + key + "' is not a key name");
+      path = path.empty() ? part : path + "." + part;
+      auto it = std::find(node->keys.begin(), node->keys.end(), part);
+      ConfigValue* child = nullptr;
+      if (it == node->keys.end()) {
+        node->keys.push_back(part);
+        node->values.emplace_back();
+        child = &node->values.back();
+        child->path = path;
+      } else {
+        child = &node->values[static_cast<size_t>(it - node->keys.begin())];
+      }
+      if (dot == std::string::npos) {
+        if (child->kind != ConfigValue::Kind::kNull)
+          return InvalidArgument(where + ": " + key + ": given twice");
+        child->kind = ConfigValue::Kind::kScalar;
+        child->scalar = value;
+        break;
+      }
+      if (child->kind == ConfigValue::Kind::kScalar)
+        return InvalidArgument(where + ": " + path + ": given both as a value and as a map");
+      child->kind = ConfigValue::Kind::kMap;
+      node = child;
+      start = dot + 1;
+    }
+  }
+  CLIO_RETURN_IF_ERROR(d.Finish("tier keys"));
+  return ParseTierEntry(root, where);
+}
+
+Status AddRecordedTiers(KvStore* kv, const std::string& file, CteConfig* cfg) {
+  CLIO_ASSIGN_OR_RETURN(auto added, Cte::AddedTierSpecs(kv));
+  for (const auto& [added_name, spec] : added) {
+    const std::string& name = added_name;
+    if (std::any_of(cfg->tiers.begin(), cfg->tiers.end(), [&](const TierConfig& t) { return t.bdev.name == name; })) {
+      CLIO_LOG_INFO("tier '{}' was added at run time and is in {} now: the config's entry is used", name, file);
+      CLIO_RETURN_IF_ERROR(Cte::ForgetAddedTier(kv, name));
+      continue;
+    }
+    auto tc = ParseTierSpec(spec, "tier '" + name + "' (added at run time)");
+    if (!tc.ok()) return tc.status().WithContext("the metadata's record of tiers added at run time");
+    cfg->tiers.push_back(std::move(tc).value());
+  }
+  return Status::Ok();
 }
 
 ModuleFactory MakeCteModuleFactory(KvStore* kv) {
   return [kv](const ComposeEntry& entry, const std::string& file,
               PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
     CLIO_ASSIGN_OR_RETURN(CteConfig cfg, ParseCteConfig(entry, file));
+    CLIO_RETURN_IF_ERROR(AddRecordedTiers(kv, file, &cfg));
     CLIO_ASSIGN_OR_RETURN(auto cte, Cte::Open(cfg, kv));
     return std::unique_ptr<Pool>(new CtePool(std::move(cte)));
   };
@@ -104,6 +194,20 @@ Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
       }
       CLIO_RETURN_IF_ERROR(static_cast<CteMethod>(method) == CteMethod::kDrain ? cte_->Drain(id)
                                                                               : cte_->Undrain(id));
+      return std::string();
+    }
+    case CteMethod::kAddTier: {
+      // One runtime-added tier; its keys are checked by the same parser as the config's.
+      CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierSpec(payload, "clioctl tier add"));
+      CLIO_ASSIGN_OR_RETURN(TierInfo info, cte_->AddTier(tc, payload));
+      return EncodeTierList({info});
+    }
+    case CteMethod::kRemoveTier: {
+      Decoder d(payload);
+      uint64_t id = 0;
+      d.Get(&id);
+      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core RemoveTier"));
+      CLIO_RETURN_IF_ERROR(cte_->RemoveTier(id));
       return std::string();
     }
     case CteMethod::kReorganize: {

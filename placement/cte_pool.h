@@ -19,6 +19,8 @@ enum class CteMethod : uint32_t {
   kDrainProgress = 13,  // u64 tier id -> EncodeDrainProgress
   kUndrain = 14,        // u64 tier id -> empty
   kReorganize = 15,     // empty -> EncodeReorganizeStats (one pass now)
+  kAddTier = 16,        // EncodeTierSpec -> EncodeTierList of the new tier
+  kRemoveTier = 17,     // u64 tier id -> empty (a drained, empty tier)
 };
 
 class CtePool : public Pool {
@@ -41,6 +43,19 @@ ModuleFactory MakeCteModuleFactory(KvStore* kv);
 
 // Parses a CTE compose entry into its typed config (exposed for tests).
 Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file);
+// Parses one entry of the `storage:` list.
+Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& file);
+
+// A tier's keys as `clioctl tier add` sends them and the metadata keeps them for a tier added
+// at run time: u8 version (kTierSpecVersion), u32 count, then (key, value) strings. A key
+// "a.b" is key b of the map a (perf_metrics.iops=1000).
+inline constexpr uint8_t kTierSpecVersion = 1;
+std::string EncodeTierSpec(const std::vector<std::pair<std::string, std::string>>& keys);
+// Decodes a spec and parses its keys as a `storage:` entry; errors name `where` and the key.
+Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where);
+// Appends to `cfg` the tiers AddTier recorded (they come back after a restart), except one the
+// config (`file`) now lists itself: that record is dropped and the config's entry used.
+Status AddRecordedTiers(KvStore* kv, const std::string& file, CteConfig* cfg);
 
 std::string EncodeTierList(const std::vector<TierInfo>& tiers);
 // u8 draining, u64 bytes_left, u64 moved_bytes, u64 moved_copies.

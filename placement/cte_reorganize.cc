@@ -79,10 +79,13 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
   // (demotions) are found by scanning at most kDemoteScanPerPass index entries, from where the
   // last pass stopped. The entries read here are hints; each move re-checks the entry under
   // the blob's lock.
+  // The tiers for the whole pass; candidates point into it.
+  const TierSnapshot tiers = Tiers();
   struct Candidate {
     uint64_t tag, blob, bytes;
     double score;
-    size_t from, to;
+    Tier* from;
+    Tier* to;
   };
   std::vector<Candidate> up, down;
   auto consider = [&](uint64_t tag, uint64_t blob, const BlobEntry& e, double score, bool promotions) {
@@ -90,7 +93,7 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
     if (std::any_of(e.copies.begin(), e.copies.end(),
                     [](const BlobCopy& c) { return c.state == CopyState::kDirty; }))
       return;  // the flusher's
-    Tier* cur = TierById(e.copies.front().tier_id);
+    Tier* cur = TierIn(*tiers, e.copies.front().tier_id);
     if (!cur) return;
     const bool promote = score > cur->score + reorganize_threshold_;
     const bool demote = score < cur->score - reorganize_threshold_;
@@ -103,16 +106,16 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
       if (static_cast<double>(bs.used) < kCacheKeepFill * static_cast<double>(bs.capacity)) return;
     }
     // The tier, on the blob's side of its current one, whose score is nearest the blob's.
-    size_t best = tiers_.size();
-    for (size_t ti = 0; ti < tiers_.size(); ++ti) {
-      const Tier& t = tiers_[ti];
+    Tier* best = nullptr;
+    for (const auto& tp : *tiers) {
+      Tier& t = *tp;
       if (promote ? t.score <= cur->score : t.score >= cur->score) continue;
       if (!Accepts(t)) continue;
-      if (best == tiers_.size() || std::abs(t.score - score) < std::abs(tiers_[best].score - score)) best = ti;
+      if (!best || std::abs(t.score - score) < std::abs(best->score - score)) best = &t;
     }
-    if (best == tiers_.size()) return;
+    if (!best) return;
     ++st.candidates;
-    (promote ? up : down).push_back(Candidate{tag, blob, e.stored(), score, TierIndex(*cur), best});
+    (promote ? up : down).push_back(Candidate{tag, blob, e.stored(), score, cur, best});
   };
   for (const auto& [key, score] : scores) {
     if (score <= reorganize_threshold_) continue;  // cannot pass any tier's score by more
@@ -151,11 +154,11 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
 
   auto move = [&](const Candidate& c, bool promote) {
     if (stopping) return;
-    const Tier& from = tiers_[c.from];
-    const Tier& to = tiers_[c.to];
+    Tier& from = *c.from;
+    Tier& to = *c.to;
     if (!promote && from.is_volatile) {
       // Demoting a read cache costs no bandwidth: drop it; its persistent copy holds the bytes.
-      auto d = DropCleanCopies(c.from, c.tag, c.blob);
+      auto d = DropCleanCopies(from, c.tag, c.blob);
       if (d.ok() && *d > 0)
         ++st.demoted;
       else
@@ -174,7 +177,7 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
       }
     }
     bool changed = false;
-    auto r = CopyBlobTo(c.tag, c.blob, c.to, 0, &changed);
+    auto r = CopyBlobTo(c.tag, c.blob, to, 0, *tiers, &changed);
     if (!r.ok() || changed || *r == 0) {
       if (!r.ok() && r.status().code() != Code::kNoSpace)
         CLIO_LOG_WARN("reorganizer: moving blob {}:{} to tier '{}': {}", c.tag, c.blob, to.name,

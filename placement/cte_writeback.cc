@@ -36,13 +36,15 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   RangeSet all;
   for (const BlobCopy& c : e.copies)
     for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
+  const TierSnapshot tiers = Tiers();
   std::string buf(size, '\0');
-  CLIO_RETURN_IF_ERROR(ReadMerged(e, 0, size, buf.data()));
+  CLIO_RETURN_IF_ERROR(ReadMerged(e, *tiers, 0, size, buf.data()));
 
   // The room was reserved when the blob became dirty (reservations_), so this allocation
   // finds it unless the host filesystem under a file tier filled up meanwhile.
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
-  for (Tier& t : tiers_) {
+  for (const auto& tp : *tiers) {
+    Tier& t = *tp;
     if (!AcceptsPersistent(t)) continue;
     uint64_t spent = 0;  // the blob's reservation, spent by this allocation
     auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
@@ -72,7 +74,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     uint64_t kept_on = 0;
     for (size_t i = 0; i < e.copies.size(); ++i) {
       BlobCopy& c = e.copies[i];
-      Tier* ct = TierById(c.tier_id);
+      Tier* ct = TierIn(*tiers, c.tier_id);
       bool keep = false;
       if (i == 0 && ct && ct->is_volatile && Accepts(*ct)) {
         BdevStats st = ct->bdev->GetStats();
@@ -90,7 +92,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     std::vector<std::pair<Bdev*, ExtentList>> free_now;
     std::vector<BlobCopy> persistent_released;
     for (BlobCopy& c : released) {
-      Tier* ct = TierById(c.tier_id);
+      Tier* ct = TierIn(*tiers, c.tier_id);
       if (ct && ct->is_volatile)
         free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
       else
@@ -98,7 +100,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     }
     KvBatch batch;
     batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
-    ReleaseCopies(std::move(persistent_released), &batch);
+    ReleaseCopies(std::move(persistent_released), *tiers, &batch);
     Status s = kv_->Apply(std::move(batch));
     if (!s.ok()) {
       (void)t.bdev->Free(next.copies.back().extents);
@@ -207,12 +209,11 @@ void Cte::FlusherLoop() {
   }
 }
 
-void Cte::EvictClean(size_t tier, uint64_t bytes) {
-  Tier& t = tiers_[tier];
+void Cte::EvictClean(Tier& t, uint64_t bytes) {
   const uint64_t tid = t.bdev->tier_id();
   uint64_t freed = 0, tag = 0, blob = 0;
   while (freed < bytes && clean_lru_.PopOldest(tid, &tag, &blob)) {
-    auto dropped = DropCleanCopies(tier, tag, blob);
+    auto dropped = DropCleanCopies(t, tag, blob);
     if (!dropped.ok()) {
       CLIO_LOG_ERROR("evicting blob {}:{}: {}", tag, blob, dropped.status().ToString());
       continue;
@@ -224,8 +225,7 @@ void Cte::EvictClean(size_t tier, uint64_t bytes) {
   }
 }
 
-Result<uint64_t> Cte::DropCleanCopies(size_t tier, uint64_t tag, uint64_t blob) {
-  Tier& t = tiers_[tier];
+Result<uint64_t> Cte::DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob) {
   const uint64_t tid = t.bdev->tier_id();
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);

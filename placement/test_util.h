@@ -50,16 +50,20 @@ struct CteHarness {
   CteHarness(const CteHarness&) = delete;
   CteHarness& operator=(const CteHarness&) = delete;
 
-  // Opens the metadata store and a CTE over it, returning the CTE (or its error).
-  Result<std::unique_ptr<Cte>> OpenWith(const CteConfig& config) {
-    KvOptions ko;
-    ko.path = dir + "/md";
-    ko.commit_interval_ms = 3600000;
-    auto k = OpenRocksDbKv(ko);
-    REQUIRE(k.ok());
-    kv = std::move(k).value();
-    return Cte::Open(config, kv.get());
+  // The metadata store, opened first if it is not open.
+  KvStore* OpenKv() {
+    if (!kv) {
+      KvOptions ko;
+      ko.path = dir + "/md";
+      ko.commit_interval_ms = 3600000;
+      auto k = OpenRocksDbKv(ko);
+      REQUIRE(k.ok());
+      kv = std::move(k).value();
+    }
+    return kv.get();
   }
+  // Opens the metadata store and a CTE over it, returning the CTE (or its error).
+  Result<std::unique_ptr<Cte>> OpenWith(const CteConfig& config) { return Cte::Open(config, OpenKv()); }
   // OpenWith, and the CTE must open.
   void Start(const CteConfig& config) {
     auto c = OpenWith(config);

@@ -18,11 +18,34 @@ uint64_t AllocationFootprint(uint64_t bytes, uint64_t min_class) {
 }
 
 FlushReservations::FlushReservations(std::vector<Bdev*> persistent, AcceptsFn accepts)
-    : persistent_(std::move(persistent)), accepts_(std::move(accepts)), min_class_([this] {
-        uint64_t m = kMinClass;
-        for (Bdev* b : persistent_) m = std::max(m, b->config().alignment);
-        return std::min(m, kMaxBlockSize);
-      }()) {}
+    : accepts_(std::move(accepts)) {
+  MutexLock l(&mu_);
+  persistent_ = std::move(persistent);
+  UpdateMinClassLocked();
+}
+
+void FlushReservations::UpdateMinClassLocked() {
+  uint64_t m = kMinClass;
+  for (Bdev* b : persistent_) m = std::max(m, b->config().alignment);
+  min_class_ = std::min(m, kMaxBlockSize);
+}
+
+void FlushReservations::AddBdev(Bdev* b) {
+  MutexLock l(&mu_);
+  persistent_.push_back(b);
+  UpdateMinClassLocked();
+}
+
+void FlushReservations::RemoveBdev(Bdev* b) {
+  MutexLock l(&mu_);
+  persistent_.erase(std::remove(persistent_.begin(), persistent_.end(), b), persistent_.end());
+  UpdateMinClassLocked();
+}
+
+bool FlushReservations::enabled() const {
+  MutexLock l(&mu_);
+  return !persistent_.empty();
+}
 
 uint64_t FlushReservations::AvailableLocked() const {
   uint64_t remaining = 0;
@@ -39,7 +62,7 @@ Status FlushReservations::ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size
   MutexLock l(&mu_);
   uint64_t& have = by_blob_[{tag, blob}];
   if (previous) *previous = have;
-  const uint64_t want = enabled() ? AllocationFootprint(size, min_class_) : 0;
+  const uint64_t want = persistent_.empty() ? 0 : AllocationFootprint(size, min_class_);
   if (want <= have) {
     if (have == 0) by_blob_.erase({tag, blob});
     return Status::Ok();
@@ -72,8 +95,9 @@ void FlushReservations::RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes)
 void FlushReservations::ReleaseBlob(uint64_t tag, uint64_t blob) { RestoreBlob(tag, blob, 0); }
 
 Result<ExtentList> FlushReservations::AllocateDirect(Bdev* b, uint64_t bytes) {
-  if (!enabled() || bytes == 0) return b->Allocate(bytes);
+  if (bytes == 0) return b->Allocate(bytes);
   MutexLock l(&mu_);
+  if (persistent_.empty()) return b->Allocate(bytes);
   const uint64_t want = AllocationFootprint(bytes, min_class_);
   const uint64_t avail = AvailableLocked();
   if (want > avail)
@@ -105,6 +129,14 @@ uint64_t FlushReservations::reserved() const {
 void DirtyLedger::AddTier(uint64_t tier_id, uint64_t limit) {
   MutexLock l(&mu_);
   tiers_[tier_id].limit = limit;
+}
+
+void DirtyLedger::RemoveTier(uint64_t tier_id) {
+  MutexLock l(&mu_);
+  tiers_.erase(tier_id);
+  for (auto it = charges_.begin(); it != charges_.end();)
+    it = std::get<2>(it->first) == tier_id ? charges_.erase(it) : std::next(it);
+  room_cv_.NotifyAll();
 }
 
 void DirtyLedger::SetLocked(TierState& t, const ChargeKey& key, uint64_t bytes) {
@@ -162,15 +194,16 @@ bool DirtyLedger::WaitForRoom(uint64_t tier_id, uint64_t bytes,
   ++waits_;
   // Woken by every release; the deadline bounds the wait when the flusher cannot make room
   // (a failing persistent tier), and the caller then places the write elsewhere.
-  while (!FitsLocked(t->second, bytes)) {
+  while (true) {
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       ++timeouts_;
       return false;
     }
     room_cv_.WaitFor(&mu_, deadline - now);
+    t = tiers_.find(tier_id);  // RemoveTier may have erased it meanwhile
+    if (t == tiers_.end() || FitsLocked(t->second, bytes)) return true;
   }
-  return true;
 }
 
 std::vector<DirtyLedger::TierCounters> DirtyLedger::Counters() const {

@@ -40,11 +40,16 @@ class FlushReservations {
  public:
   // Whether a persistent bdev takes new data now (healthy lifespan, not draining).
   using AcceptsFn = std::function<bool(const Bdev&, const BdevStats&)>;
-  // `persistent`: the bdevs whose remaining room backs reservations (not owned; they outlive
-  // this object). With none, reservations are disabled: every call succeeds and reserves 0.
-  // Only the room of bdevs `accepts` approves counts (default: a lifespan of a day or more);
-  // it is called under this class's mutex and must take no lock of the caller's.
+  // `persistent`: the bdevs whose remaining room backs reservations (not owned; each stays
+  // valid until RemoveBdev). With none, reservations are disabled: every call succeeds and
+  // reserves 0. Only the room of bdevs `accepts` approves counts (default: a lifespan of a day
+  // or more); it is called under this class's mutex and must take no lock of the caller's.
   explicit FlushReservations(std::vector<Bdev*> persistent, AcceptsFn accepts = nullptr);
+
+  // A persistent tier added at run time: its room backs reservations from now on.
+  void AddBdev(Bdev* b);
+  // A tier being removed: its room no longer counts, and `b` is not used after the call.
+  void RemoveBdev(Bdev* b);
 
   // Raises the reservation of (tag, blob) to the footprint of a `size`-byte copy; never
   // lowers it. NoSpace, changing nothing, when the healthy persistent tiers' remaining bytes,
@@ -67,17 +72,19 @@ class FlushReservations {
                                    uint64_t* spent);
 
   uint64_t reserved() const;
-  bool enabled() const { return !persistent_.empty(); }
+  bool enabled() const;
 
  private:
   // Remaining bytes of the healthy persistent tiers, less everything reserved.
   uint64_t AvailableLocked() const REQUIRES(mu_);
+  // The largest allocation class floor among the persistent tiers.
+  void UpdateMinClassLocked() REQUIRES(mu_);
 
-  const std::vector<Bdev*> persistent_;
   const AcceptsFn accepts_;
-  const uint64_t min_class_;  // the largest allocation class floor among the persistent tiers
 
   mutable Mutex mu_;
+  std::vector<Bdev*> persistent_ GUARDED_BY(mu_);
+  uint64_t min_class_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_blob_ GUARDED_BY(mu_);
   uint64_t reserved_ GUARDED_BY(mu_) = 0;  // sum of by_blob_
 };
@@ -93,6 +100,8 @@ class DirtyLedger {
 
   // Registers a volatile tier with its dirty limit in bytes (> 0). Call before any charge.
   void AddTier(uint64_t tier_id, uint64_t limit);
+  // Forgets a tier (removed, so nothing is dirty on it) and every charge left on it.
+  void RemoveTier(uint64_t tier_id);
 
   // Sets the dirty bytes (tag, blob) holds on the tier to `bytes`. Refused (false, nothing
   // changed) when that would take the tier past its limit while other dirty bytes are on it;

@@ -1102,9 +1102,11 @@ def scenario_full_disk(env):
 
 
 def scenario_tier_ops(env):
-    """clioctl tier drain / undrain / lifespan on a running node, through the mount: the RAM
-    tier drained to empty while files stay readable byte for byte; lifespans set and read
-    back; a wrong tier name, a bad value and a stopped daemon each give their exit code."""
+    """clioctl tier drain / undrain / lifespan / add / rm on a running node, through the mount:
+    the RAM tier drained to empty while files stay readable byte for byte; lifespans set and
+    read back; a tier added at run time takes flushed data, survives a restart and is removed
+    once drained; a wrong tier name, a bad value and a stopped daemon each give their exit
+    code."""
     env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
     env.write_config()
     env.start_runtime()
@@ -1144,6 +1146,55 @@ def scenario_tier_ops(env):
     check(cp.returncode == 0 and "30 days" in _text(cp.stdout), "lifespan set\n" + describe(cp))
     cp = ctl("tier", "lifespan", "get", disk["name"], "--json")
     check(json.loads(_text(cp.stdout))["lifetime_days"] == 30, "lifespan read back\n" + describe(cp))
+
+    # A tier added to the running node takes the flushed copies (it outranks the disk tier),
+    # comes back after a restart, and leaves only once drained.
+    added_path = os.path.join(env.state, "tiers", "added.dat")
+    cp = ctl("tier", "add", added_path, "bdev_type=file", "capacity_limit=256MB", "growth_unit=16MB",
+             "score=0.5", "--json")
+    check(cp.returncode == 0, "tier add failed\n" + describe(cp))
+    added = json.loads(_text(cp.stdout))
+    check(added["name"] == added_path and added["score"] == 0.5, f"tier add answer: {added}")
+    cp = ctl("tier", "add", added_path, "score=0.4")
+    check(cp.returncode == 1 and "already" in _text(cp.stderr), "adding a tier twice\n" + describe(cp))
+    more = {f"g{i}.bin": os.urandom(200000 + i * 4099) for i in range(4)}
+    for rel, data in more.items():
+        with open(os.path.join(env.mnt, rel), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    now = {t["name"]: t for t in env.tier_stat()}
+    check(now[added_path]["used"] > 0, f"the added tier took no flushed data: {now[added_path]}")
+    files.update(more)
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    env.mount()
+    now = {t["name"]: t for t in env.tier_stat()}
+    check(added_path in now and now[added_path]["id"] == added["id"],
+          f"the added tier did not come back after a restart: {list(now)}")
+    for rel, data in files.items():
+        check_exact(os.path.join(env.mnt, rel), data, "after a restart with the added tier")
+    cp = ctl("tier", "rm", added_path)
+    check(cp.returncode == 1 and "drain it first" in _text(cp.stderr),
+          "removing a tier that holds data\n" + describe(cp))
+    cp = ctl("tier", "drain", added_path)
+    check(cp.returncode == 0, "drain of the added tier\n" + describe(cp))
+    cp = ctl("tier", "rm", added_path, "--json")
+    check(cp.returncode == 0 and json.loads(_text(cp.stdout))["removed"], "tier rm\n" + describe(cp))
+    check(added_path not in {t["name"] for t in env.tier_stat()}, "the removed tier is still listed")
+    for rel, data in files.items():
+        check_exact(os.path.join(env.mnt, rel), data, "after removing the added tier")
+    cp = ctl("tier", "add", os.path.join(env.T, "bad.dat"), "capacity_limit=12XB")
+    check(cp.returncode == 2 and "capacity_limit" in _text(cp.stderr),
+          "tier add with a bad size is a usage error naming the key\n" + describe(cp))
+    cp = ctl("tier", "add", os.path.join(env.T, "bad.dat"), "capacity_limit")
+    check(cp.returncode == 2 and "KEY=VALUE" in _text(cp.stderr), "tier add without KEY=VALUE\n" + describe(cp))
+    cp = ctl("tier", "rm", "nope")
+    check(cp.returncode == 1 and "no tier 'nope'" in _text(cp.stderr), "rm of an unknown tier\n" + describe(cp))
+    cp = ctl("tier", "rm", disk["name"])
+    check(cp.returncode == 1 and "drain it first" in _text(cp.stderr),
+          "rm of the config's file tier, not drained\n" + describe(cp))
 
     cp = ctl("tier", "drain", "nope")
     check(cp.returncode == 1 and "no tier 'nope'" in _text(cp.stderr),

@@ -1,0 +1,46 @@
+// `clioctl tier rm NAME`: removes a drained, empty tier from the running node.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/cte_connection.h"
+#include "common/codec.h"
+#include "placement/cte_pool.h"
+
+namespace clio {
+
+int TierRm(const CommandContext& ctx, const std::string& name) {
+  auto c = CteConnection::Open(ctx);
+  if (!c.ok()) {
+    std::fprintf(stderr, "clioctl: tier rm: %s\n", c.status().ToString().c_str());
+    return 1;
+  }
+  auto t = c->FindTier(name);
+  if (!t.ok()) {
+    std::fprintf(stderr, "clioctl: tier rm: %s\n", t.status().ToString().c_str());
+    return 1;
+  }
+  Encoder e;
+  e.Put<uint64_t>(t->tier_id);
+  auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kRemoveTier), e.buffer(),
+                           /*idempotent=*/false);
+  if (!r.ok()) {
+    std::fprintf(stderr, "clioctl: tier rm %s: %s\n", name.c_str(), r.status().ToString().c_str());
+    return 1;
+  }
+  // A tier the config file lists comes back (empty) at the next start.
+  const bool in_config = ctx.configured_tiers.count(name) > 0;
+  if (ctx.json) {
+    std::printf("%s\n", nlohmann::json{{"name", name}, {"removed", true}, {"in_config", in_config}}.dump().c_str());
+    return 0;
+  }
+  std::printf("%s removed", name.c_str());
+  if (t->stats.type == BdevType::kFile) std::printf("; its file stays on disk");
+  std::printf("\n");
+  if (in_config)
+    std::printf("note: %s lists this tier; remove it there, or it is added again (empty) at the next start\n",
+                ctx.config_file.c_str());
+  return 0;
+}
+
+}  // namespace clio

@@ -1,0 +1,309 @@
+// The CTE's tier set: the records that tie tier names to ids in the metadata, opening a
+// configured tier, the published tier list (a snapshot per operation), and tiers added and
+// removed while the CTE runs. Metadata keys in docs/blob-index.md.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/size.h"
+#include "placement/cte.h"
+
+namespace clio {
+namespace {
+
+constexpr std::string_view kTierKeyPrefix = "t/";
+constexpr size_t kScanPage = 1024;
+
+std::string TierKey(const std::string& name) { return std::string(kTierKeyPrefix) + name; }
+
+// The keys of a tier added at run time (AddTier's spec), so it comes back after a restart.
+constexpr std::string_view kTierSpecPrefix = "ta/";
+std::string TierSpecKey(const std::string& name) { return std::string(kTierSpecPrefix) + name; }
+
+// An operator's lifespan and drain mark of a tier, kept across restarts.
+constexpr std::string_view kTierMotionPrefix = "tm/";
+std::string TierMotionKey(const std::string& name) { return std::string(kTierMotionPrefix) + name; }
+
+std::string EncodeTierMotion(double lifespan_days, bool draining) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<double>(lifespan_days).Put<uint8_t>(draining ? 1 : 0);
+  return e.Take();
+}
+
+Status DecodeTierMotion(std::string_view v, double* lifespan_days, bool* draining) {
+  Decoder d(v);
+  uint8_t version = 0, flag = 0;
+  d.Get(&version);
+  d.Get(lifespan_days);
+  d.Get(&flag);
+  CLIO_RETURN_IF_ERROR(d.Finish("tier lifespan record"));
+  if (version != 1 || flag > 1 || !std::isfinite(*lifespan_days) || *lifespan_days < 0)
+    return Corruption("tier lifespan record: unknown version or bad value");
+  *draining = flag == 1;
+  return Status::Ok();
+}
+
+struct TierRecord {
+  uint64_t id = 0;
+  Persistence persistence = Persistence::kTemporary;
+  std::string name;
+};
+
+std::string EncodeTierRecord(uint64_t id, Persistence p) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<uint64_t>(id).Put<uint8_t>(static_cast<uint8_t>(p));
+  return e.Take();
+}
+
+Result<TierRecord> DecodeTierRecord(std::string_view v) {
+  Decoder d(v);
+  uint8_t version = 0, p = 0;
+  TierRecord r;
+  d.Get(&version);
+  d.Get(&r.id);
+  d.Get(&p);
+  CLIO_RETURN_IF_ERROR(d.Finish("tier record"));
+  if (version != 1 || p > 2) return Corruption("tier record: unknown version or persistence");
+  r.persistence = static_cast<Persistence>(p);
+  return r;
+}
+
+}  // namespace
+
+double PerfScore(const PerfMetrics& p) {
+  const double mbps = std::min(p.read_bandwidth_mbps, p.write_bandwidth_mbps);
+  if (!(mbps > 1)) return 0;
+  return std::clamp(std::log10(mbps) / 5, 0.0, 1.0);
+}
+
+bool RanksBefore(double score_a, const PerfMetrics& a, std::string_view name_a, double score_b,
+                 const PerfMetrics& b, std::string_view name_b) {
+  if (score_a != score_b) return score_a > score_b;
+  if (a.write_bandwidth_mbps != b.write_bandwidth_mbps) return a.write_bandwidth_mbps > b.write_bandwidth_mbps;
+  if (a.write_latency_us != b.write_latency_us) return a.write_latency_us < b.write_latency_us;
+  if (a.read_bandwidth_mbps != b.read_bandwidth_mbps) return a.read_bandwidth_mbps > b.read_bandwidth_mbps;
+  return name_a < name_b;
+}
+
+Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* records) {
+  BdevConfig bc = tc.bdev;
+  CLIO_ASSIGN_OR_RETURN(auto rec, kv_->Get(TierKey(bc.name)));
+  if (rec) {
+    CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
+    bc.tier_id = r.id;
+    if (bc.type == BdevType::kFile && r.persistence != Persistence::kVolatile &&
+        access(bc.name.c_str(), F_OK) != 0)
+      return Corruption("tier '" + bc.name + "' (id " + std::to_string(r.id) +
+                        ") is recorded in the metadata but its file is missing; restore the "
+                        "file or erase the filesystem");
+  }
+  auto bdev = Bdev::Open(bc);
+  if (!bdev.ok()) return bdev.status().WithContext("opening tier '" + bc.name + "'");
+  const BdevStats stats = (*bdev)->GetStats();
+  auto tier = std::make_shared<Tier>();
+  tier->name = bc.name;
+  tier->score = tc.score ? *tc.score : PerfScore(stats.perf);
+  tier->is_volatile = stats.persistence == Persistence::kVolatile;
+  if (tier->is_volatile) {
+    tier->dirty_limit = tc.dirty_limit ? tc.dirty_limit : stats.capacity / 2;
+    if (tier->dirty_limit > stats.capacity)
+      return InvalidArgument("tier '" + bc.name + "': dirty_limit (" + std::to_string(tier->dirty_limit) +
+                             " bytes) is larger than the tier's capacity (" +
+                             std::to_string(stats.capacity) + " bytes)");
+  } else if (tc.dirty_limit) {
+    return InvalidArgument("tier '" + bc.name + "': dirty_limit applies only to volatile tiers; "
+                           "a persistent tier holds no dirty data");
+  }
+  records->Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
+  tier->bdev = std::move(bdev).value();
+  CLIO_ASSIGN_OR_RETURN(auto motion, kv_->Get(TierMotionKey(bc.name)));
+  if (motion) {
+    double days = 0;
+    bool draining = false;
+    Status m = DecodeTierMotion(*motion, &days, &draining);
+    if (!m.ok()) return m.WithContext("tier '" + bc.name + "'");
+    tier->bdev->SetLifespan(days);
+    tier->draining.store(draining);
+    if (draining || days < kDyingLifespanDays)
+      CLIO_LOG_WARN("tier '{}': lifespan {} days{}, as set before the restart", bc.name, days,
+                    draining ? ", draining" : "");
+  }
+  return tier;
+}
+
+void Cte::EnlistTier(Tier& t) {
+  if (t.is_volatile) {
+    dirty_bytes_.AddTier(t.bdev->tier_id(), std::max<uint64_t>(t.dirty_limit, 1));
+    return;
+  }
+  reservations_->AddBdev(t.bdev.get());
+  MutexLock l(&lifetime_->mu);
+  lifetime_->persistent.push_back(t.bdev.get());
+}
+
+void Cte::RetireTier(Tier& t) {
+  if (t.is_volatile) {
+    dirty_bytes_.RemoveTier(t.bdev->tier_id());
+    return;
+  }
+  reservations_->RemoveBdev(t.bdev.get());
+  MutexLock l(&lifetime_->mu);  // waits for a commit's sync of it to finish
+  auto& p = lifetime_->persistent;
+  p.erase(std::remove(p.begin(), p.end(), t.bdev.get()), p.end());
+}
+
+Cte::TierSnapshot Cte::Tiers() const {
+  MutexLock l(&tiers_mu_);
+  return tiers_;
+}
+
+void Cte::PublishTiers(TierList next) {
+  std::stable_sort(next.begin(), next.end(), [](const auto& a, const auto& b) {
+    return RanksBefore(a->score, a->bdev->config().perf.value_or(DefaultPerfMetrics(a->bdev->config().type)),
+                       a->name, b->score,
+                       b->bdev->config().perf.value_or(DefaultPerfMetrics(b->bdev->config().type)), b->name);
+  });
+  auto snap = std::make_shared<const TierList>(std::move(next));
+  MutexLock l(&tiers_mu_);
+  tiers_ = std::move(snap);
+}
+
+Cte::Tier* Cte::TierIn(const TierList& tiers, uint64_t id) {
+  for (const auto& t : tiers)
+    if (t->bdev->tier_id() == id) return t.get();
+  return nullptr;
+}
+
+std::shared_ptr<Cte::Tier> Cte::TierById(uint64_t id) {
+  TierSnapshot now = Tiers();
+  for (const auto& t : *now)
+    if (t->bdev->tier_id() == id) return t;
+  return nullptr;
+}
+
+Result<std::map<uint64_t, Cte::KnownTier>> Cte::KnownTiers() {
+  std::map<uint64_t, KnownTier> known;
+  std::string after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kTierKeyPrefix, after, kScanPage));
+    for (auto& [k, v] : page) {
+      CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(v));
+      known[r.id] = KnownTier{k.substr(kTierKeyPrefix.size()), r.persistence};
+    }
+    if (page.size() < kScanPage) break;
+    after = page.back().first;
+  }
+  return known;
+}
+
+Status Cte::SaveMotion(const Tier& t) {
+  KvBatch batch;
+  batch.Put(TierMotionKey(t.name), EncodeTierMotion(t.bdev->GetStats().lifetime_days, t.draining.load()));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  // An operator's decision: durable when the call returns.
+  return kv_->Sync();
+}
+
+Result<TierInfo> Cte::AddTier(const TierConfig& tc, std::string_view spec) {
+  MutexLock change(&tier_change_mu_);
+  const TierSnapshot now = Tiers();
+  for (const auto& t : *now)
+    if (t->name == tc.bdev.name)
+      return Status(Code::kAlreadyExists, "a tier named '" + tc.bdev.name + "' is configured already");
+  CLIO_ASSIGN_OR_RETURN(auto record, kv_->Get(TierKey(tc.bdev.name)));
+  const bool recorded = record.has_value();
+  KvBatch records;
+  CLIO_ASSIGN_OR_RETURN(std::shared_ptr<Tier> tier, OpenTier(tc, &records));
+  for (const auto& t : *now)
+    if (t->bdev->tier_id() == tier->bdev->tier_id())
+      return Status(Code::kAlreadyExists, "tier '" + tier->name + "' has the id of tier '" + t->name +
+                                              "' (" + std::to_string(t->bdev->tier_id()) +
+                                              "): the same device under another name?");
+  // No blob index entry names a tier that is not configured: Open() refuses to start while one
+  // does, and RemoveTier() removes only empty tiers. So whatever the allocator log still holds
+  // is garbage, if the tier is this filesystem's; a device with data that the metadata has no
+  // record of belongs to someone else and is refused, not reused.
+  const uint64_t held = tier->bdev->GetStats().used;
+  if (!recorded && held > 0)
+    return Status(Code::kBusy, "tier '" + tier->name + "' already holds " + FormatSize(held) +
+                                   " of data (tier id " + std::to_string(tier->bdev->tier_id()) +
+                                   ") that this filesystem has no record of; use a new path");
+  Status s = tier->bdev->Reconcile({});
+  if (s.ok()) s = tier->bdev->FlushAllocLog();
+  if (!s.ok()) return s.WithContext("preparing tier '" + tier->name + "'");
+  records.Put(TierSpecKey(tier->name), std::string(spec));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(records)));
+  CLIO_RETURN_IF_ERROR(kv_->Sync());
+  EnlistTier(*tier);
+  TierList next(*now);
+  next.push_back(tier);
+  PublishTiers(std::move(next));
+  CLIO_LOG_INFO("tier '{}' (id {}, score {:g}) added", tier->name, tier->bdev->tier_id(), tier->score);
+  return TierInfo{tier->name, tier->bdev->tier_id(), tier->score, tier->bdev->GetStats()};
+}
+
+Status Cte::RemoveTier(uint64_t tier_id) {
+  MutexLock change(&tier_change_mu_);
+  const TierSnapshot now = Tiers();
+  std::shared_ptr<Tier> t;
+  for (const auto& x : *now)
+    if (x->bdev->tier_id() == tier_id) t = x;
+  if (!t) return NotFound("no tier with id " + std::to_string(tier_id));
+  if (!t->draining.load())
+    return Status(Code::kBusy, "tier '" + t->name + "' is not drained; drain it first (clioctl tier drain " +
+                                   t->name + ") to move its data to the other tiers");
+  if (const uint64_t used = t->bdev->GetStats().used; used > 0)
+    return Status(Code::kBusy, "tier '" + t->name + "' still holds " + FormatSize(used) +
+                                   "; drain it again until it is empty");
+  bool other_persistent = false, other_volatile = false;
+  for (const auto& x : *now) {
+    if (x == t) continue;
+    (x->is_volatile ? other_volatile : other_persistent) = true;
+  }
+  if (!other_persistent && !other_volatile)
+    return Status(Code::kBusy, "tier '" + t->name + "' is the only tier; add another first");
+  if (!t->is_volatile && !other_persistent && other_volatile)
+    return Status(Code::kBusy, "tier '" + t->name + "' is the last persistent tier: without it fsync could "
+                                   "not make data durable; add another persistent tier first");
+  TierList next;
+  for (const auto& x : *now)
+    if (x != t) next.push_back(x);
+  PublishTiers(std::move(next));
+  // Nothing is placed on a draining tier, and it holds no bytes; taking every stripe lock once
+  // lets any operation that read the old list and is between index reads finish before the
+  // tier leaves the accounting.
+  for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
+  RetireTier(*t);
+  clean_lru_.RemoveTier(tier_id);
+  KvBatch batch;
+  batch.Delete(TierKey(t->name));
+  batch.Delete(TierMotionKey(t->name));
+  batch.Delete(TierSpecKey(t->name));
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
+  CLIO_RETURN_IF_ERROR(kv_->Sync());
+  CLIO_LOG_INFO("tier '{}' (id {}) removed; its device is closed once no operation holds it", t->name, tier_id);
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> Cte::AddedTierSpecs(KvStore* kv) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv->Scan(kTierSpecPrefix, after, kScanPage));
+    for (auto& [k, v] : page) out.emplace_back(k.substr(kTierSpecPrefix.size()), v);
+    if (page.size() < kScanPage) break;
+    after = page.back().first;
+  }
+  return out;
+}
+
+Status Cte::ForgetAddedTier(KvStore* kv, const std::string& name) {
+  KvBatch batch;
+  batch.Delete(TierSpecKey(name));
+  return kv->Apply(std::move(batch));
+}
+
+}  // namespace clio
