@@ -57,9 +57,10 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
     return 1;
   }
   std::string pidfile = PidFile(cfg);
+  const uint32_t node_id = cfg.node_id;
   Runtime rt(std::move(cfg));
   rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
-  rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get()));
+  rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get(), node_id));
   rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get()));
   Status s = rt.Compose();
   if (!s.ok()) {

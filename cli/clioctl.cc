@@ -38,15 +38,16 @@ int main(int argc, char** argv) {
   drain->add_flag("--json", ctx.json, "print JSON");
   auto* undrain = tier->add_subcommand("undrain", "let a drained tier take new data again");
   undrain->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
-  std::string add_path;
-  std::vector<std::string> add_keys;
+  std::vector<std::string> add_args;
   auto* add = tier->add_subcommand(
       "add", "add a tier to the running node (kept across restarts), e.g. "
-             "`tier add /mnt/nvme1/clio.dat capacity_limit=100GB score=0.5`");
-  add->add_option("path", add_path, "device location: a file path, ram::NAME, or s3://bucket/prefix")->required();
-  add->add_option("keys", add_keys,
-                  "KEY=VALUE settings of a storage: entry (bdev_type, capacity_limit, score, growth_unit, "
-                  "persistence_level, alloc_log, dirty_limit, perf_metrics.write_bandwidth_mbps, ...)");
+             "`tier add /mnt/nvme1/clio.dat capacity_limit=100GB score=0.5`, or attach a pool "
+             "composed earlier: `tier add existing_pool_id=301.0 existing_pool_module=clio_bdev`");
+  add->add_option("args", add_args,
+                  "PATH (a file path, ram::NAME, or s3://bucket/prefix), then KEY=VALUE settings of a "
+                  "storage: entry (bdev_type, capacity_limit, score, growth_unit, persistence_level, "
+                  "alloc_log, dirty_limit, perf_metrics.write_bandwidth_mbps, ...)")
+      ->required();
   add->add_flag("--json", ctx.json, "print JSON");
   auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node");
   rm->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   }
   ctx.socket_path = cfg->socket_path;
   ctx.config_file = cfg->file;
+  ctx.node_id = cfg->node_id;
   for (const clio::ComposeEntry& e : cfg->compose) {
     if (e.mod_name != "clio_cte_core" || !e.node) continue;
     clio::ConfigReader r(e.node, cfg->file);
@@ -78,7 +80,7 @@ int main(int argc, char** argv) {
   if (*lset) return clio::TierLifespan(ctx, tier_name, days);
   if (*drain) return clio::TierDrain(ctx, tier_name, false);
   if (*undrain) return clio::TierDrain(ctx, tier_name, true);
-  if (*add) return clio::TierAdd(ctx, add_path, add_keys);
+  if (*add) return clio::TierAdd(ctx, add_args);
   if (*rm) return clio::TierRm(ctx, tier_name);
   return 2;
 }

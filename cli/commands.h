@@ -12,6 +12,7 @@ struct CommandContext {
   std::string socket_path;
   bool json = false;
   std::string config_file;                // where the config came from
+  uint32_t node_id = 0;                   // runtime.node_id: tier names end in _node<N>
   std::set<std::string> configured_tiers;  // the paths of the config's storage entries
 };
 
@@ -22,7 +23,8 @@ int TierLifespan(const CommandContext& ctx, const std::string& name, std::option
 // `clioctl tier drain NAME` (waits until the tier is empty) / `undrain NAME`: cli/tier_ops.cc
 int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain);
 // `clioctl tier add PATH [KEY=VALUE ...]` (the keys of a storage: entry): cli/tier_add.cc
-int TierAdd(const CommandContext& ctx, const std::string& path, const std::vector<std::string>& settings);
+// Without PATH, the keys attach a pool composed earlier (existing_pool_id=, existing_pool_module=).
+int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args);
 // `clioctl tier rm NAME` (a drained, empty tier): cli/tier_rm.cc
 int TierRm(const CommandContext& ctx, const std::string& name);
 

@@ -9,6 +9,7 @@ Result<CteConnection> CteConnection::Open(const CommandContext& ctx) {
   RuntimeClient::Options o;
   o.socket_path = ctx.socket_path;
   CteConnection c;
+  c.node_id = ctx.node_id;
   CLIO_ASSIGN_OR_RETURN(c.client, RuntimeClient::Connect(o));
   Encoder find;
   find.PutBytes("clio_cte_core");
@@ -27,8 +28,10 @@ Result<std::vector<TierInfo>> CteConnection::ListTiers() {
 Result<TierInfo> CteConnection::FindTier(const std::string& name) {
   CLIO_ASSIGN_OR_RETURN(std::vector<TierInfo> tiers, ListTiers());
   std::string names;
-  for (const TierInfo& t : tiers) {
+  for (const TierInfo& t : tiers)
     if (t.name == name) return t;
+  for (const TierInfo& t : tiers) {
+    if (NodeTierName(name, t.stats.type, node_id) == t.name) return t;
     names += (names.empty() ? "" : ", ") + t.name;
   }
   return NotFound("no tier '" + name + "' (tiers: " + names + ")");

@@ -17,11 +17,13 @@ namespace clio {
 struct CteConnection {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;
+  uint32_t node_id = 0;
 
   // Connects to the runtime and finds clio_cte_core; errors name what is missing.
   static Result<CteConnection> Open(const CommandContext& ctx);
   Result<std::vector<TierInfo>> ListTiers();
-  // The tier called `name` (its configured path or pool name); NotFound lists the names.
+  // The tier called `name`: its name as `tier stat` prints it, or the path it was configured
+  // with (without the _node<N> suffix). NotFound lists the names.
   Result<TierInfo> FindTier(const std::string& name);
 };
 

@@ -1,5 +1,6 @@
 // `clioctl tier add PATH [KEY=VALUE ...]`: a tier added to the running node, with the keys of a
-// `storage:` entry (checked by the runtime with the config's own parser).
+// `storage:` entry (checked by the runtime with the config's own parser). Without PATH, the
+// keys must attach a pool (existing_pool_id=301.0 existing_pool_module=clio_bdev).
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -20,11 +21,15 @@ bool IsFileTier(const std::vector<std::pair<std::string, std::string>>& keys) {
 
 }  // namespace
 
-int TierAdd(const CommandContext& ctx, const std::string& path, const std::vector<std::string>& settings) {
+int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, std::string>> keys;
-  keys.emplace_back("path", path);
-  for (const std::string& s : settings) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& s = args[i];
     const size_t eq = s.find('=');
+    if (i == 0 && eq == std::string::npos) {
+      keys.emplace_back("path", s);
+      continue;
+    }
     if (eq == std::string::npos || eq == 0) {
       std::fprintf(stderr, "clioctl: tier add: '%s' is not KEY=VALUE (e.g. capacity_limit=100GB)\n", s.c_str());
       return 2;
@@ -49,7 +54,7 @@ int TierAdd(const CommandContext& ctx, const std::string& path, const std::vecto
   auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kAddTier), EncodeTierSpec(keys),
                            /*idempotent=*/false);
   if (!r.ok()) {
-    std::fprintf(stderr, "clioctl: tier add %s: %s\n", keys.front().second.c_str(), r.status().ToString().c_str());
+    std::fprintf(stderr, "clioctl: tier add %s: %s\n", args.front().c_str(), r.status().ToString().c_str());
     return r.status().code() == Code::kConfigError ? 2 : 1;
   }
   auto added = DecodeTierList(*r);

@@ -29,12 +29,14 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
     return 1;
   }
   // A tier the config file lists comes back (empty) at the next start.
-  const bool in_config = ctx.configured_tiers.count(name) > 0;
+  bool in_config = false;
+  for (const std::string& path : ctx.configured_tiers)
+    in_config |= path == t->name || NodeTierName(path, t->stats.type, ctx.node_id) == t->name;
   if (ctx.json) {
-    std::printf("%s\n", nlohmann::json{{"name", name}, {"removed", true}, {"in_config", in_config}}.dump().c_str());
+    std::printf("%s\n", nlohmann::json{{"name", t->name}, {"removed", true}, {"in_config", in_config}}.dump().c_str());
     return 0;
   }
-  std::printf("%s removed", name.c_str());
+  std::printf("%s removed", t->name.c_str());
   if (t->stats.type == BdevType::kFile) std::printf("; its file stays on disk");
   std::printf("\n");
   if (in_config)

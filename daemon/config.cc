@@ -113,6 +113,8 @@ Status ExpandTree(ConfigValue* v, const std::string& state_dir, const std::strin
   return Status::Ok();
 }
 
+}  // namespace
+
 Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s) {
   uint32_t major = 0, minor = 0;
   size_t dot = s.find('.');
@@ -128,7 +130,6 @@ Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s) {
   return std::make_pair(major, minor);
 }
 
-}  // namespace
 
 std::string_view DefaultConfigYaml() { return kDefaultConfigYaml; }
 
@@ -255,6 +256,9 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   CLIO_ASSIGN_OR_RETURN(uint64_t threads, rt.UInt("num_threads", 4));
   if (threads == 0 || threads > 256) return rt.Error("num_threads", "must be between 1 and 256");
   cfg.num_threads = static_cast<uint32_t>(threads);
+  CLIO_ASSIGN_OR_RETURN(uint64_t node_id, rt.UInt("node_id", 0));
+  if (node_id > 65535) return rt.Error("node_id", "must be between 0 and 65535");
+  cfg.node_id = static_cast<uint32_t>(node_id);
   CLIO_RETURN_IF_ERROR(rt.Finish());
 
   ConfigReader md(top.Child("metadata"), file);

@@ -68,6 +68,9 @@ struct RuntimeConfig {
   std::string metadata_path; // RocksDB directory
   uint32_t commit_interval_ms = 2000;
   uint32_t num_threads = 4;
+  // This node's number (runtime.node_id, 0..65535). Tier pool names end in "_node<N>", so
+  // nodes that share a bucket (or, later, pool names) never share a tier.
+  uint32_t node_id = 0;
   std::vector<ComposeEntry> compose;
   std::shared_ptr<ConfigValue> root;  // owns the tree ComposeEntry::node points into
 };
@@ -77,6 +80,9 @@ struct RuntimeConfig {
 Result<RuntimeConfig> LoadRuntimeConfig();
 Result<RuntimeConfig> LoadRuntimeConfigFile(const std::string& path);
 Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file);
+
+// "MAJOR.MINOR" (minor defaults to 0, MAJOR > 0) -> (major, minor); InvalidArgument naming it.
+Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s);
 
 // The compiled-in default config text.
 std::string_view DefaultConfigYaml();

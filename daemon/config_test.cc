@@ -36,6 +36,8 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  num_threads: 4\n  bogus_key: 1\n", "t.yaml:3: runtime.bogus_key: unknown key"},
       {"runtime:\n  num_threads: many\n", "t.yaml:2: runtime.num_threads"},
       {"runtime:\n  num_threads: 0\n", "num_threads: must be between"},
+      {"runtime:\n  node_id: 65536\n", "t.yaml:2: runtime.node_id: must be between 0 and 65535"},
+      {"runtime:\n  node_id: -1\n", "t.yaml:2: runtime.node_id"},
       {"metadata:\n  backend: sqlite\n", "unknown metadata backend 'sqlite'"},
       {"surprise: 1\n", "t.yaml:1: surprise: unknown key"},
       {"compose:\n  - mod_name: x\n    pool_name: a\n    pool_id: \"nope\"\n", "t.yaml:4: compose[0].pool_id: bad pool_id 'nope'"},

@@ -69,6 +69,11 @@ struct TierConfig {
   // Volatile tiers only: the most dirty (not yet flushed) bytes the tier may hold.
   // 0: half the tier's capacity. At most the capacity.
   uint64_t dirty_limit = 0;
+  // Set for a storage entry with existing_pool_id: the tier is that pool's device (a pool
+  // composed earlier, which owns it and outlives the CTE), not a bdev of its own; `bdev` is a
+  // copy of its config (name, type). The tier owns the device's allocations: nothing else may
+  // allocate on it.
+  Bdev* attached = nullptr;
 };
 
 struct CteConfig {
@@ -127,6 +132,8 @@ struct WritebackStats {
   uint64_t evictions = 0;            // clean volatile copies dropped to make room
   uint64_t evicted_bytes = 0;
   uint64_t flush_failures = 0;       // background flushes that failed (and will retry)
+  uint64_t flush_passes = 0;         // background flusher passes completed (each flushes every
+                                     // blob that was dirty when it began)
 };
 
 // One copy of a blob, as LocateBlob reports it.
@@ -250,6 +257,8 @@ class Cte {
   static Result<std::vector<std::pair<std::string, std::string>>> AddedTierSpecs(KvStore* kv);
   // Drops the recorded spec of `name` (the config lists that tier itself now).
   static Status ForgetAddedTier(KvStore* kv, const std::string& name);
+  // Whether the metadata has an id record for a tier of this name.
+  static Result<bool> HasTierRecord(KvStore* kv, const std::string& name);
 
   // Tiers in placement order (RanksBefore).
   std::vector<TierInfo> ListTiers();
@@ -266,7 +275,7 @@ class Cte {
   struct Tier {
     std::string name;
     double score = 0;
-    std::unique_ptr<Bdev> bdev;
+    std::shared_ptr<Bdev> bdev;  // owned, or an attached pool's (a no-op deleter)
     bool is_volatile = false;
     uint64_t dirty_limit = 0;  // volatile tiers: bytes
     // Movement state, read lock-free.
@@ -418,6 +427,7 @@ class Cte {
   std::atomic<uint64_t> evictions_{0};
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> flush_failures_{0};
+  std::atomic<uint64_t> flush_passes_{0};
 
   // One mover at a time (Drain, ReorganizeOnce); held across a whole drain or pass. Taken
   // before any stripe lock.

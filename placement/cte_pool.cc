@@ -5,6 +5,7 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "storage/bdev_config.h"
+#include "storage/bdev_pool.h"
 #include "storage/kv.h"
 
 namespace clio {
@@ -12,7 +13,7 @@ namespace {
 constexpr uint64_t kMinDirtyLimit = 1ull << 20;  // one default chunk: smaller stalls every write
 }  // namespace
 
-Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file) {
+Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file, PoolRegistry* registry) {
   ConfigReader r(entry.node, file);
   (void)r.String("mod_name", "");
   (void)r.String("pool_name", "");
@@ -38,7 +39,7 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   if (!storage || storage->kind != ConfigValue::Kind::kList || storage->list.empty())
     return r.Error("storage", "the CTE needs a non-empty list of storage tiers");
   for (const ConfigValue& item : storage->list) {
-    CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierEntry(item, file));
+    CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierEntry(item, file, registry));
     for (const TierConfig& other : cfg.tiers)
       if (other.bdev.name == tc.bdev.name)
         return ConfigReader(&item, file).Error("path", "tier '" + tc.bdev.name + "' is listed twice");
@@ -47,14 +48,49 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   return cfg;
 }
 
-Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& file) {
+namespace {
+
+// A storage entry that attaches to a pool composed earlier (existing_pool_id and
+// existing_pool_module, seeds/bdev-module.txt): the device and its keys are that pool's.
+Status AttachExistingPool(ConfigReader& t, PoolRegistry* registry, TierConfig* tc) {
+  CLIO_ASSIGN_OR_RETURN(std::string id, t.String("existing_pool_id", ""));
+  CLIO_ASSIGN_OR_RETURN(std::string module, t.String("existing_pool_module", ""));
+  if (module.empty()) return t.Error("existing_pool_module", "required with existing_pool_id (e.g. clio_bdev)");
+  if (t.Has("path"))
+    return t.Error("path", "a tier attached to an existing pool takes that pool's device; leave path out");
+  auto pid = ParsePoolId(id);
+  if (!pid.ok()) return t.Error("existing_pool_id", pid.status().message());
+  if (!registry) return t.Error("existing_pool_id", "pools can be attached only from the runtime's compose list");
+  Pool* p = registry->FindById(pid->first);
+  if (!p)
+    return t.Error("existing_pool_id", "no pool " + id + " is composed before this one (a pool must come "
+                                       "before the pools that use it)");
+  if (p->module_name() != module)
+    return t.Error("existing_pool_module", "pool " + id + " ('" + p->name() + "') is a " + p->module_name() +
+                                               " pool, not " + module);
+  auto* bp = dynamic_cast<BdevPool*>(p);
+  if (!bp)
+    return t.Error("existing_pool_id", "pool " + id + " ('" + p->name() + "', " + module +
+                                           ") is not a block device; tiers attach to bdev pools");
+  tc->attached = bp->bdev();
+  tc->bdev = bp->bdev()->config();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& file, PoolRegistry* registry) {
   ConfigReader t(&item, file);
   if (item.kind != ConfigValue::Kind::kMap) return t.Error("", "expected a map describing one tier");
   TierConfig tc;
-  CLIO_ASSIGN_OR_RETURN(tc.bdev.name, t.String("path", ""));
-  if (tc.bdev.name.empty()) return t.Error("", "missing path");
-  // Every bdev key (bdev_type, capacity_limit, alloc, ...) is parsed where the bdev lives.
-  CLIO_RETURN_IF_ERROR(ParseBdevKeys(t, &tc.bdev));
+  if (t.Has("existing_pool_id") || t.Has("existing_pool_module")) {
+    CLIO_RETURN_IF_ERROR(AttachExistingPool(t, registry, &tc));
+  } else {
+    CLIO_ASSIGN_OR_RETURN(tc.bdev.name, t.String("path", ""));
+    if (tc.bdev.name.empty()) return t.Error("", "missing path");
+    // Every bdev key (bdev_type, capacity_limit, alloc, ...) is parsed where the bdev lives.
+    CLIO_RETURN_IF_ERROR(ParseBdevKeys(t, &tc.bdev));
+  }
   if (t.Has("score")) {
     CLIO_ASSIGN_OR_RETURN(double score, t.Double("score", 0));
     if (!(score >= 0 && score <= 1)) return t.Error("score", "must be between 0 and 1");
@@ -64,7 +100,9 @@ Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& fi
     CLIO_ASSIGN_OR_RETURN(tc.dirty_limit, t.Size("dirty_limit", 0));
     const bool memory = tc.bdev.type == BdevType::kRam || tc.bdev.type == BdevType::kPinned ||
                         tc.bdev.type == BdevType::kHbm || tc.bdev.type == BdevType::kNoop;
-    const bool is_volatile = tc.bdev.persistence ? *tc.bdev.persistence == Persistence::kVolatile : memory;
+    const bool is_volatile = tc.attached ? tc.attached->GetStats().persistence == Persistence::kVolatile
+                             : tc.bdev.persistence  ? *tc.bdev.persistence == Persistence::kVolatile
+                                                    : memory;
     if (!is_volatile)
       return t.Error("dirty_limit", "applies only to volatile tiers (a persistent tier holds no dirty data)");
     if (tc.dirty_limit < kMinDirtyLimit)
@@ -83,7 +121,7 @@ std::string EncodeTierSpec(const std::vector<std::pair<std::string, std::string>
   return e.Take();
 }
 
-Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where) {
+Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where, PoolRegistry* registry) {
   Decoder d(spec);
   uint8_t version = 0;
   uint32_t n = 0;
@@ -134,10 +172,10 @@ Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where
     }
   }
   CLIO_RETURN_IF_ERROR(d.Finish("tier keys"));
-  return ParseTierEntry(root, where);
+  return ParseTierEntry(root, where, registry);
 }
 
-Status AddRecordedTiers(KvStore* kv, const std::string& file, CteConfig* cfg) {
+Status AddRecordedTiers(KvStore* kv, const std::string& file, PoolRegistry* registry, CteConfig* cfg) {
   CLIO_ASSIGN_OR_RETURN(auto added, Cte::AddedTierSpecs(kv));
   for (const auto& [added_name, spec] : added) {
     const std::string& name = added_name;
@@ -146,20 +184,48 @@ Status AddRecordedTiers(KvStore* kv, const std::string& file, CteConfig* cfg) {
       CLIO_RETURN_IF_ERROR(Cte::ForgetAddedTier(kv, name));
       continue;
     }
-    auto tc = ParseTierSpec(spec, "tier '" + name + "' (added at run time)");
+    auto tc = ParseTierSpec(spec, "tier '" + name + "' (added at run time)", registry);
     if (!tc.ok()) return tc.status().WithContext("the metadata's record of tiers added at run time");
+    tc->bdev.name = name;  // the spec holds the path as given; the tier's name is the recorded one
     cfg->tiers.push_back(std::move(tc).value());
   }
   return Status::Ok();
 }
 
-ModuleFactory MakeCteModuleFactory(KvStore* kv) {
-  return [kv](const ComposeEntry& entry, const std::string& file,
-              PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
-    CLIO_ASSIGN_OR_RETURN(CteConfig cfg, ParseCteConfig(entry, file));
-    CLIO_RETURN_IF_ERROR(AddRecordedTiers(kv, file, &cfg));
+std::string NodeTierName(const std::string& path, BdevType type, uint32_t node) {
+  const std::string n = std::to_string(node);
+  if (type != BdevType::kS3 && type != BdevType::kGcs) return path + "_node" + n;
+  // bucket, bucket/prefix, s3://bucket/prefix (ParseObjectLocation).
+  const size_t scheme = path.find("://");
+  const size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  std::string p = path;
+  while (p.size() > start && p.back() == '/') p.pop_back();
+  if (p.find('/', start) == std::string::npos) return p + "/node" + n;
+  return p + "_node" + n;
+}
+
+Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc) {
+  if (tc->attached) return Status::Ok();  // named by the pool that owns the device
+  const std::string named = NodeTierName(tc->bdev.name, tc->bdev.type, node);
+  CLIO_ASSIGN_OR_RETURN(bool bare, Cte::HasTierRecord(kv, tc->bdev.name));
+  CLIO_ASSIGN_OR_RETURN(bool suffixed, Cte::HasTierRecord(kv, named));
+  if (bare && !suffixed) {
+    CLIO_LOG_WARN("tier '{}' keeps its name from before node suffixes (new tiers are named like '{}')",
+                  tc->bdev.name, named);
+    return Status::Ok();
+  }
+  tc->bdev.name = named;
+  return Status::Ok();
+}
+
+ModuleFactory MakeCteModuleFactory(KvStore* kv, uint32_t node_id) {
+  return [kv, node_id](const ComposeEntry& entry, const std::string& file,
+                       PoolRegistry& registry) -> Result<std::unique_ptr<Pool>> {
+    CLIO_ASSIGN_OR_RETURN(CteConfig cfg, ParseCteConfig(entry, file, &registry));
+    for (TierConfig& tc : cfg.tiers) CLIO_RETURN_IF_ERROR(NameTierForNode(kv, node_id, &tc));
+    CLIO_RETURN_IF_ERROR(AddRecordedTiers(kv, file, &registry, &cfg));
     CLIO_ASSIGN_OR_RETURN(auto cte, Cte::Open(cfg, kv));
-    return std::unique_ptr<Pool>(new CtePool(std::move(cte)));
+    return std::unique_ptr<Pool>(new CtePool(std::move(cte), kv, node_id, &registry));
   };
 }
 
@@ -198,7 +264,8 @@ Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
     }
     case CteMethod::kAddTier: {
       // One runtime-added tier; its keys are checked by the same parser as the config's.
-      CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierSpec(payload, "clioctl tier add"));
+      CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierSpec(payload, "clioctl tier add", registry_));
+      CLIO_RETURN_IF_ERROR(NameTierForNode(kv_, node_id_, &tc));
       CLIO_ASSIGN_OR_RETURN(TierInfo info, cte_->AddTier(tc, payload));
       return EncodeTierList({info});
     }

@@ -25,7 +25,10 @@ enum class CteMethod : uint32_t {
 
 class CtePool : public Pool {
  public:
-  explicit CtePool(std::unique_ptr<Cte> cte) : cte_(std::move(cte)) {}
+  // `kv`: the metadata store the CTE uses (for the names of tiers added at run time);
+  // `registry`: the runtime's pools, which tiers added at run time may attach to (may be null).
+  CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry = nullptr)
+      : cte_(std::move(cte)), kv_(kv), node_id_(node_id), registry_(registry) {}
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   Status Stop() override { return cte_->Stop(); }
   std::string Describe() const override;
@@ -33,18 +36,33 @@ class CtePool : public Pool {
 
  private:
   std::unique_ptr<Cte> cte_;
+  KvStore* const kv_;
+  const uint32_t node_id_;
+  PoolRegistry* const registry_;
 };
 
-// Factory for compose entries with mod_name clio_cte_core. Keys: flush_interval_ms,
+// Factory for compose entries with mod_name clio_cte_core, on node `node_id` (NameTierForNode). Keys: flush_interval_ms,
 // dirty_wait_ms, reorganize, reorganize_interval_ms, reorganize_bandwidth (bytes/s, a size),
 // reorganize_threshold, score_decay (CteConfig), storage (list of tiers: path, score and, on volatile tiers, dirty_limit, plus
 // every bdev key of storage/bdev_config.h, with the capacity spelled capacity_limit).
-ModuleFactory MakeCteModuleFactory(KvStore* kv);
+ModuleFactory MakeCteModuleFactory(KvStore* kv, uint32_t node_id);
 
-// Parses a CTE compose entry into its typed config (exposed for tests).
-Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file);
-// Parses one entry of the `storage:` list.
-Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& file);
+// The bdev pool name of a tier configured at `path` on node `node`: the path with "_node<N>"
+// appended (seeds/bdev-module.txt). For s3 and gcs the suffix lands on the key prefix; a bare
+// bucket gets the prefix "node<N>", since a bucket name may not hold an underscore.
+std::string NodeTierName(const std::string& path, BdevType type, uint32_t node);
+// Names the tier for `node` (NodeTierName), except a tier the metadata recorded under its bare
+// path before node suffixes existed: it keeps that name, so its data is found.
+Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc);
+
+// Parses a CTE compose entry into its typed config (exposed for tests). Entries with
+// existing_pool_id attach to a pool of `registry` (composed earlier; none without a registry).
+Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file,
+                                 PoolRegistry* registry = nullptr);
+// Parses one entry of the `storage:` list: path and the bdev keys, or existing_pool_id with
+// existing_pool_module (a bdev pool of `registry`); score; dirty_limit on volatile tiers.
+Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& file,
+                                  PoolRegistry* registry = nullptr);
 
 // A tier's keys as `clioctl tier add` sends them and the metadata keeps them for a tier added
 // at run time: u8 version (kTierSpecVersion), u32 count, then (key, value) strings. A key
@@ -52,10 +70,12 @@ Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& fi
 inline constexpr uint8_t kTierSpecVersion = 1;
 std::string EncodeTierSpec(const std::vector<std::pair<std::string, std::string>>& keys);
 // Decodes a spec and parses its keys as a `storage:` entry; errors name `where` and the key.
-Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where);
-// Appends to `cfg` the tiers AddTier recorded (they come back after a restart), except one the
-// config (`file`) now lists itself: that record is dropped and the config's entry used.
-Status AddRecordedTiers(KvStore* kv, const std::string& file, CteConfig* cfg);
+Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where,
+                                 PoolRegistry* registry = nullptr);
+// Appends to `cfg` the tiers AddTier recorded (they come back after a restart, under the name
+// they were added with), except one the config (`file`, its tiers already named for the node)
+// now lists itself: that record is dropped and the config's entry used.
+Status AddRecordedTiers(KvStore* kv, const std::string& file, PoolRegistry* registry, CteConfig* cfg);
 
 std::string EncodeTierList(const std::vector<TierInfo>& tiers);
 // u8 draining, u64 bytes_left, u64 moved_bytes, u64 moved_copies.

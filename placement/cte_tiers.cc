@@ -91,18 +91,32 @@ bool RanksBefore(double score_a, const PerfMetrics& a, std::string_view name_a, 
 Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* records) {
   BdevConfig bc = tc.bdev;
   CLIO_ASSIGN_OR_RETURN(auto rec, kv_->Get(TierKey(bc.name)));
-  if (rec) {
-    CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
-    bc.tier_id = r.id;
-    if (bc.type == BdevType::kFile && r.persistence != Persistence::kVolatile &&
-        access(bc.name.c_str(), F_OK) != 0)
-      return Corruption("tier '" + bc.name + "' (id " + std::to_string(r.id) +
-                        ") is recorded in the metadata but its file is missing; restore the "
-                        "file or erase the filesystem");
+  std::shared_ptr<Bdev> bdev;
+  if (tc.attached) {
+    // Opened by its own pool, under the id in its device header.
+    bdev = std::shared_ptr<Bdev>(tc.attached, [](Bdev*) {});
+    if (rec) {
+      CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
+      if (r.id != bdev->tier_id())
+        return Corruption("tier '" + bc.name + "': the attached pool's device has id " +
+                          std::to_string(bdev->tier_id()) + " but the metadata recorded id " +
+                          std::to_string(r.id) + "; attach the pool that held this tier");
+    }
+  } else {
+    if (rec) {
+      CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
+      bc.tier_id = r.id;
+      if (bc.type == BdevType::kFile && r.persistence != Persistence::kVolatile &&
+          access(bc.name.c_str(), F_OK) != 0)
+        return Corruption("tier '" + bc.name + "' (id " + std::to_string(r.id) +
+                          ") is recorded in the metadata but its file is missing; restore the "
+                          "file or erase the filesystem");
+    }
+    auto opened = Bdev::Open(bc);
+    if (!opened.ok()) return opened.status().WithContext("opening tier '" + bc.name + "'");
+    bdev = std::move(opened).value();
   }
-  auto bdev = Bdev::Open(bc);
-  if (!bdev.ok()) return bdev.status().WithContext("opening tier '" + bc.name + "'");
-  const BdevStats stats = (*bdev)->GetStats();
+  const BdevStats stats = bdev->GetStats();
   auto tier = std::make_shared<Tier>();
   tier->name = bc.name;
   tier->score = tc.score ? *tc.score : PerfScore(stats.perf);
@@ -117,8 +131,8 @@ Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* 
     return InvalidArgument("tier '" + bc.name + "': dirty_limit applies only to volatile tiers; "
                            "a persistent tier holds no dirty data");
   }
-  records->Put(TierKey(bc.name), EncodeTierRecord((*bdev)->tier_id(), stats.persistence));
-  tier->bdev = std::move(bdev).value();
+  records->Put(TierKey(bc.name), EncodeTierRecord(bdev->tier_id(), stats.persistence));
+  tier->bdev = std::move(bdev);
   CLIO_ASSIGN_OR_RETURN(auto motion, kv_->Get(TierMotionKey(bc.name)));
   if (motion) {
     double days = 0;
@@ -298,6 +312,11 @@ Result<std::vector<std::pair<std::string, std::string>>> Cte::AddedTierSpecs(KvS
     after = page.back().first;
   }
   return out;
+}
+
+Result<bool> Cte::HasTierRecord(KvStore* kv, const std::string& name) {
+  CLIO_ASSIGN_OR_RETURN(auto v, kv->Get(TierKey(name)));
+  return v.has_value();
 }
 
 Status Cte::ForgetAddedTier(KvStore* kv, const std::string& name) {

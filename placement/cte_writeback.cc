@@ -206,6 +206,7 @@ void Cte::FlusherLoop() {
         if (!found) flush_errors_.emplace_back(tag, s);
       }
     }
+    flush_passes_.fetch_add(1);
   }
 }
 
@@ -295,6 +296,7 @@ WritebackStats Cte::GetWritebackStats() {
   w.evictions = evictions_.load();
   w.evicted_bytes = evicted_bytes_.load();
   w.flush_failures = flush_failures_.load();
+  w.flush_passes = flush_passes_.load();
   MutexLock d(&dirty_mu_);
   w.dirty_blobs = dirty_.size();
   return w;

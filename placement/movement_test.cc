@@ -577,7 +577,7 @@ TEST_CASE("the CTE pool serves SetLifespan, Drain, DrainProgress, Undrain and Re
   MoveFixture f(o);
   const uint64_t fast = f.Id("fast"), slow = f.Id("slow");
   REQUIRE(f.cte->PutBlob(10, 0, 0, Random(MiB, 100)).ok());
-  CtePool pool(std::move(f.cte));
+  CtePool pool(std::move(f.cte), f.kv.get(), 0);
   Cte* cte = pool.cte();
   auto call = [&](CteMethod m, const std::string& payload) {
     return pool.Handle(static_cast<uint32_t>(m), payload);

@@ -10,9 +10,13 @@
 #include <thread>
 
 #include "placement/cte.h"
+#include "common/codec.h"
 #include "placement/cte_pool.h"
 #include "placement/test_util.h"
+#include "daemon/config.h"
+#include "storage/bdev_pool.h"
 #include "storage/kv.h"
+#include "storage/objstore/object_store.h"
 
 using namespace clio;
 using namespace clio::testing;
@@ -35,7 +39,7 @@ struct TierSetFixture : CteHarness {
   // The config plus the tiers recorded as added at run time, as the module factory builds it.
   CteConfig Restarted() {
     CteConfig c = Config();
-    Status s = AddRecordedTiers(OpenKv(), "test.yaml", &c);
+    Status s = AddRecordedTiers(OpenKv(), "test.yaml", nullptr, &c);
     REQUIRE_MESSAGE(s.ok(), s.ToString());
     return c;
   }
@@ -125,7 +129,7 @@ TEST_CASE("a tier the config lists itself replaces its run-time record") {
   // The operator moved the tier into the config, with another score.
   CteConfig c = f.Config();
   c.tiers.push_back(FileTier(f.Path("fast"), 64 * MiB, 0.4));
-  REQUIRE(AddRecordedTiers(f.OpenKv(), "test.yaml", &c).ok());
+  REQUIRE(AddRecordedTiers(f.OpenKv(), "test.yaml", nullptr, &c).ok());
   CHECK(c.tiers.size() == 2);
   auto specs = Cte::AddedTierSpecs(f.kv.get());
   REQUIRE(specs.ok());
@@ -315,4 +319,181 @@ TEST_CASE("tier specs are checked by the config parser, with errors naming the k
   std::string v2 = EncodeTierSpec({{"path", "/tmp/x.dat"}});
   v2[0] = 2;
   CHECK(ParseTierSpec(v2, "t").status().code() == Code::kCorruption);
+}
+
+TEST_CASE("tier pool names end in _node<N>; on object tiers the suffix lands on the key prefix") {
+  CHECK(NodeTierName("/var/lib/clio/tiers/disk.dat", BdevType::kFile, 0) == "/var/lib/clio/tiers/disk.dat_node0");
+  CHECK(NodeTierName("ram::cte_ram_tier1", BdevType::kRam, 7) == "ram::cte_ram_tier1_node7");
+  CHECK(NodeTierName("s3://bucket/clio", BdevType::kS3, 3) == "s3://bucket/clio_node3");
+  CHECK(NodeTierName("bucket/a/b/", BdevType::kS3, 0) == "bucket/a/b_node0");
+  CHECK(NodeTierName("s3://bucket", BdevType::kS3, 2) == "s3://bucket/node2");
+  CHECK(NodeTierName("gcs://bucket/", BdevType::kGcs, 0) == "gcs://bucket/node0");
+  CHECK(NodeTierName("bucket", BdevType::kGcs, 12) == "bucket/node12");
+  for (const char* p : {"s3://bucket/node2", "bucket/a/b_node0", "s3://bucket/clio_node3"})
+    CHECK_MESSAGE(ParseObjectLocation(p, "s3").ok(), p);
+}
+
+TEST_CASE("a tier recorded under its bare path keeps that name; new ones get the node suffix") {
+  TierSetFixture f;  // base.dat was opened under its bare name by the fixture (no naming)
+  TierConfig old_tier = FileTier(f.Path("base"), 64 * MiB, 0.2);
+  REQUIRE(NameTierForNode(f.kv.get(), 0, &old_tier).ok());
+  CHECK(old_tier.bdev.name == f.Path("base"));
+  TierConfig new_tier = FileTier(f.Path("fresh"), 64 * MiB, 0.2);
+  REQUIRE(NameTierForNode(f.kv.get(), 4, &new_tier).ok());
+  CHECK(new_tier.bdev.name == f.Path("fresh") + "_node4");
+}
+
+TEST_CASE("the CTE pool adds a tier under its node name and removes it") {
+  TierSetFixture f;
+  CtePool pool(std::move(f.cte), f.kv.get(), 5);
+  auto call = [&](CteMethod m, const std::string& payload) { return pool.Handle(static_cast<uint32_t>(m), payload); };
+  auto r = call(CteMethod::kAddTier, EncodeTierSpec(f.FileKeys("pooled", "0.6")));
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  auto added = DecodeTierList(*r);
+  REQUIRE(added.ok());
+  REQUIRE(added->size() == 1);
+  CHECK(added->front().name == f.Path("pooled") + "_node5");
+  CHECK(std::filesystem::exists(f.Path("pooled") + "_node5"));
+  auto specs = Cte::AddedTierSpecs(f.kv.get());
+  REQUIRE(specs.ok());
+  REQUIRE(specs->size() == 1);
+  CHECK(specs->front().first == f.Path("pooled") + "_node5");
+  // A bad key comes back as the config parser's error; nothing is added.
+  auto bad = call(CteMethod::kAddTier, EncodeTierSpec({{"path", f.Path("x")}, {"capacity_limit", "huge"}}));
+  CHECK(bad.status().code() == Code::kConfigError);
+  CHECK(call(CteMethod::kAddTier, "garbage").status().code() == Code::kCorruption);
+  CHECK(pool.cte()->ListTiers().size() == 2);
+
+  const std::string id = Encoder().Put<uint64_t>(added->front().tier_id).Take();
+  CHECK(call(CteMethod::kRemoveTier, id).status().code() == Code::kBusy);
+  REQUIRE(call(CteMethod::kDrain, id).ok());
+  REQUIRE(call(CteMethod::kRemoveTier, id).ok());
+  CHECK(pool.cte()->ListTiers().size() == 1);
+  CHECK(call(CteMethod::kRemoveTier, "x").status().code() == Code::kCorruption);
+  f.cte = nullptr;
+  REQUIRE(pool.Stop().ok());
+}
+
+namespace {
+
+// The runtime's pool registry, holding real bdev pools composed "before" the CTE (in a temp
+// dir of their own). Declared before the CTE fixture, so it outlives the tiers attached to it.
+struct ComposedPools : PoolRegistry {
+  std::string dir;
+  std::vector<std::unique_ptr<Pool>> pools;
+  ComposedPools() {
+    std::string tmpl = "/tmp/clio_pools_XXXXXX";
+    dir = mkdtemp(tmpl.data());
+  }
+  ~ComposedPools() override {
+    pools.clear();
+    std::filesystem::remove_all(dir);
+  }
+  BdevPool* AddFile(const std::string& name, uint32_t id) {
+    BdevConfig c;
+    c.name = dir + "/" + name;
+    c.type = BdevType::kFile;
+    c.capacity = 64 * MiB;
+    c.growth_unit = 4 * MiB;
+    auto b = Bdev::Open(c);
+    REQUIRE_MESSAGE(b.ok(), b.status().ToString());
+    auto pool = std::make_unique<BdevPool>(std::move(b).value());
+    pool->SetIdentity("clio_bdev", c.name, id);
+    pools.push_back(std::move(pool));
+    return static_cast<BdevPool*>(pools.back().get());
+  }
+  Pool* FindByName(std::string_view n) override {
+    for (auto& p : pools)
+      if (p->name() == n) return p.get();
+    return nullptr;
+  }
+  Pool* FindById(uint32_t id) override {
+    for (auto& p : pools)
+      if (p->id() == id) return p.get();
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a storage entry with existing_pool_id attaches to a bdev pool composed earlier") {
+  ComposedPools pools;
+  BdevPool* bp = pools.AddFile("array.dat", 301);
+  TierSetFixture f;
+  const Keys keys = {{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_bdev"}, {"score", "0.9"}};
+  const std::string spec = EncodeTierSpec(keys);
+  auto tc = ParseTierSpec(spec, "clioctl tier add", &pools);
+  REQUIRE_MESSAGE(tc.ok(), tc.status().ToString());
+  CHECK(tc->attached == bp->bdev());
+  CHECK(tc->bdev.name == pools.dir + "/array.dat");
+  REQUIRE(NameTierForNode(f.kv.get(), 3, &*tc).ok());
+  CHECK(tc->bdev.name == pools.dir + "/array.dat");  // the pool named it: no node suffix
+  auto added = f.cte->AddTier(*tc, spec);
+  REQUIRE_MESSAGE(added.ok(), added.status().ToString());
+  CHECK(added->tier_id == bp->bdev()->tier_id());
+  REQUIRE(f.cte->PutBlob(6, 0, 0, Random(MiB, 60)).ok());
+  CHECK(f.Newest(6, 0) == bp->bdev()->tier_id());
+  CHECK(bp->bdev()->GetStats().used >= MiB);
+
+  // Restarted with the same pools: the recorded tier attaches again and its data is there.
+  f.Stop();
+  CteConfig c = f.Config();
+  REQUIRE(AddRecordedTiers(f.OpenKv(), "test.yaml", &pools, &c).ok());
+  REQUIRE(c.tiers.size() == 2);
+  CHECK(c.tiers[1].attached == bp->bdev());
+  auto opened = Cte::Open(c, f.kv.get());
+  REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
+  f.cte = std::move(opened).value();
+  CHECK(GetBytes(f.cte.get(), 6, 0, 0, MiB) == Random(MiB, 60));
+  // Another device in the pool's place is refused: the metadata recorded the old one's id.
+  f.Stop();
+  ComposedPools others;
+  others.AddFile("array.dat", 301);
+  CteConfig c2 = f.Config();
+  REQUIRE(AddRecordedTiers(f.OpenKv(), "test.yaml", &others, &c2).ok());
+  auto wrong = Cte::Open(c2, f.kv.get());
+  REQUIRE_FALSE(wrong.ok());
+  CHECK_MESSAGE(wrong.status().message().find("attach the pool that held this tier") != std::string::npos,
+                wrong.status().ToString());
+}
+
+TEST_CASE("existing_pool_id errors name the key, the pool and what is wrong") {
+  ComposedPools pools;
+  pools.AddFile("array.dat", 301);
+  auto parse = [&](const Keys& k, PoolRegistry* r) { return ParseTierSpec(EncodeTierSpec(k), "t", r); };
+  auto err = [&](const Keys& k, PoolRegistry* r = nullptr) {
+    auto x = parse(k, r);
+    REQUIRE_FALSE(x.ok());
+    return x.status().message();
+  };
+  PoolRegistry* p = &pools;
+  CHECK(err({{"existing_pool_id", "301.0"}}, p).find("existing_pool_module: required") != std::string::npos);
+  CHECK(err({{"existing_pool_id", "302.0"}, {"existing_pool_module", "clio_bdev"}}, p).find("no pool 302.0") !=
+        std::string::npos);
+  CHECK(err({{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_safe_bdev"}}, p)
+            .find("is a clio_bdev pool, not clio_safe_bdev") != std::string::npos);
+  CHECK(err({{"existing_pool_id", "x"}, {"existing_pool_module", "clio_bdev"}}, p).find("bad pool_id") !=
+        std::string::npos);
+  CHECK(err({{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_bdev"}, {"path", "/x"}}, p)
+            .find("leave path out") != std::string::npos);
+  CHECK(err({{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_bdev"}, {"capacity_limit", "1G"}}, p)
+            .find("capacity_limit: unknown key") != std::string::npos);
+  CHECK(err({{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_bdev"}}).find("compose list") !=
+        std::string::npos);
+
+  // From a config file: file and line named.
+  auto cfg = ParseRuntimeConfig(
+      "compose:\n"
+      "  - mod_name: clio_cte_core\n"
+      "    pool_name: clio_cte_core\n"
+      "    pool_id: \"512.0\"\n"
+      "    storage:\n"
+      "      - existing_pool_id: \"303.0\"\n"
+      "        existing_pool_module: clio_bdev\n",
+      "c.yaml");
+  REQUIRE_MESSAGE(cfg.ok(), cfg.status().ToString());
+  auto cte = ParseCteConfig(cfg->compose[0], "c.yaml", &pools);
+  REQUIRE_FALSE(cte.ok());
+  CHECK_MESSAGE(cte.status().message().find("c.yaml:6: compose[0].storage[0].existing_pool_id: no pool 303.0") == 0,
+                cte.status().ToString());
 }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -27,6 +28,7 @@ struct Options {
   uint64_t file = 64 * MiB;
   uint64_t dirty_limit = 0;  // 0: the default (half the RAM tier)
   uint32_t dirty_wait_ms = 60000;
+  uint32_t flush_interval_ms = 3600000;  // the flusher runs only when a writer kicks it
 };
 
 struct WbFixture : CteHarness {
@@ -41,7 +43,7 @@ struct WbFixture : CteHarness {
   std::string FilePath() const { return dir + "/tier.dat"; }
   CteConfig Config() const {
     CteConfig c;
-    c.flush_interval_ms = 3600000;  // the flusher runs only when a writer kicks it
+    c.flush_interval_ms = o.flush_interval_ms;
     c.reorganize = false;           // no background moves under the assertions
     c.dirty_wait_ms = o.dirty_wait_ms;
     TierConfig ram = RamTier(ram_name, o.ram, 1.0);
@@ -402,4 +404,53 @@ TEST_CASE("Open refuses a dirty_limit larger than the tier or on a persistent ti
   auto pers = Cte::Open(c, kv->get());
   REQUIRE_FALSE(pers.ok());
   CHECK(pers.status().message().find("only to volatile tiers") != std::string::npos);
+}
+
+TEST_CASE("the background flusher copies dirty RAM data to the persistent tier with no fsync") {
+  Options o;
+  o.flush_interval_ms = 50;
+  WbFixture f(o);
+  for (uint64_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(7, b, 0, Random(MiB / 2 + b, 70 + b)).ok());
+  // Each pass flushes every blob dirty when it began; the second pass after the writes surely
+  // began after them. Waiting on the pass counter, not on a clock (the bound only stops a hang).
+  const uint64_t passes = f.cte->GetWritebackStats().flush_passes;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (f.cte->GetWritebackStats().flush_passes < passes + 2) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < give_up, "the flusher ran no pass");
+    std::this_thread::yield();
+  }
+  WritebackStats w = f.cte->GetWritebackStats();
+  CHECK(w.dirty_blobs == 0);
+  CHECK(w.reserved == 0);
+  CHECK(f.RamDirty().dirty == 0);
+  for (uint64_t b = 0; b < 4; ++b) {
+    bool on_file = false;
+    for (const CopyLocation& c : f.Locate(7, b)) {
+      CHECK_FALSE(c.dirty);
+      on_file |= c.tier_id == f.FileId() && c.bytes == MiB / 2 + b;
+    }
+    CHECK_MESSAGE(on_file, "blob " << b << " has no persistent copy");
+    CHECK(f.Get(7, b, 0, MiB / 2 + b) == Random(MiB / 2 + b, 70 + b));
+  }
+}
+
+TEST_CASE("a clean stop flushes every dirty blob; after the restart each is whole on the file tier") {
+  Options o;
+  o.dirty_limit = o.ram;  // no writer reaches the limit (which would kick the flusher)
+  WbFixture f(o);
+  for (uint64_t b = 0; b < 6; ++b) REQUIRE(f.cte->PutBlob(8, b, 0, Random(MiB, 80 + b)).ok());
+  REQUIRE(f.cte->PutBlob(8, 2, 4096, Random(10000, 99)).ok());  // a partial overwrite, dirty too
+  CHECK(f.cte->GetWritebackStats().dirty_blobs == 6);
+  f.Close();
+  f.Open();
+  std::string two = Random(MiB, 82);
+  two.replace(4096, 10000, Random(10000, 99));
+  for (uint64_t b = 0; b < 6; ++b) {
+    auto where = f.Locate(8, b);
+    REQUIRE(where.size() == 1);  // the RAM copies went with the old process
+    CHECK(where[0].tier_id == f.FileId());
+    CHECK_FALSE(where[0].dirty);
+    CHECK(f.Get(8, b, 0, MiB) == (b == 2 ? two : Random(MiB, 80 + b)));
+  }
+  CHECK(f.cte->GetWritebackStats().dirty_blobs == 0);
 }

@@ -30,7 +30,7 @@ MiB = 1024 * 1024
 CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
 SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
-             "s3_kill9", "full_disk", "tier_ops")
+             "s3_kill9", "full_disk", "tier_ops", "attached_pool")
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
@@ -1118,6 +1118,8 @@ def scenario_tier_ops(env):
     ram = next(t for t in env.tier_stat() if t["type"] == "ram")
     disk = next(t for t in env.tier_stat() if t["type"] == "file")
     check(ram["used"] > 0, f"the RAM tier holds nothing after the writes: {ram}")
+    check(disk["name"] == os.path.join(env.state, "tiers", "disk.dat_node0") and os.path.exists(disk["name"]),
+          f"the file tier is not named and stored as <path>_node0: {disk['name']}")
 
     def ctl(*args):
         return run_cmd([env.clioctl, *args], env=env.env())
@@ -1154,7 +1156,9 @@ def scenario_tier_ops(env):
              "score=0.5", "--json")
     check(cp.returncode == 0, "tier add failed\n" + describe(cp))
     added = json.loads(_text(cp.stdout))
-    check(added["name"] == added_path and added["score"] == 0.5, f"tier add answer: {added}")
+    # Tier pool names end in _node<N> (runtime.node_id, 0 here); commands take either name.
+    check(added["name"] == added_path + "_node0" and added["score"] == 0.5, f"tier add answer: {added}")
+    check(os.path.exists(added["name"]), f"no tier file at {added['name']}")
     cp = ctl("tier", "add", added_path, "score=0.4")
     check(cp.returncode == 1 and "already" in _text(cp.stderr), "adding a tier twice\n" + describe(cp))
     more = {f"g{i}.bin": os.urandom(200000 + i * 4099) for i in range(4)}
@@ -1164,14 +1168,14 @@ def scenario_tier_ops(env):
             f.flush()
             os.fsync(f.fileno())
     now = {t["name"]: t for t in env.tier_stat()}
-    check(now[added_path]["used"] > 0, f"the added tier took no flushed data: {now[added_path]}")
+    check(now[added["name"]]["used"] > 0, f"the added tier took no flushed data: {now[added['name']]}")
     files.update(more)
     env.unmount()
     env.stop_runtime()
     env.start_runtime()
     env.mount()
     now = {t["name"]: t for t in env.tier_stat()}
-    check(added_path in now and now[added_path]["id"] == added["id"],
+    check(added["name"] in now and now[added["name"]]["id"] == added["id"],
           f"the added tier did not come back after a restart: {list(now)}")
     for rel, data in files.items():
         check_exact(os.path.join(env.mnt, rel), data, "after a restart with the added tier")
@@ -1182,7 +1186,7 @@ def scenario_tier_ops(env):
     check(cp.returncode == 0, "drain of the added tier\n" + describe(cp))
     cp = ctl("tier", "rm", added_path, "--json")
     check(cp.returncode == 0 and json.loads(_text(cp.stdout))["removed"], "tier rm\n" + describe(cp))
-    check(added_path not in {t["name"] for t in env.tier_stat()}, "the removed tier is still listed")
+    check(added["name"] not in {t["name"] for t in env.tier_stat()}, "the removed tier is still listed")
     for rel, data in files.items():
         check_exact(os.path.join(env.mnt, rel), data, "after removing the added tier")
     cp = ctl("tier", "add", os.path.join(env.T, "bad.dat"), "capacity_limit=12XB")
@@ -1209,6 +1213,100 @@ def scenario_tier_ops(env):
     env.stop_runtime()
     cp = ctl("tier", "drain", ram["name"])
     check(cp.returncode == 1 and _text(cp.stderr).strip(), "drain with the daemon down\n" + describe(cp))
+
+
+ATTACHED_CONFIG = """\
+runtime:
+  state_dir: "{T}/state"
+  socket_path: "{T}/clio.sock"
+metadata:
+  path: "${{CLIO_STATE_DIR}}/metadata"
+  commit_interval_ms: 500
+compose:
+  - mod_name: clio_bdev
+    pool_name: "${{CLIO_STATE_DIR}}/array.dat"
+    pool_id: "301.0"
+    bdev_type: file
+    capacity: "1GB"
+    growth_unit: "64MB"
+  - mod_name: clio_bdev
+    pool_name: "${{CLIO_STATE_DIR}}/spare.dat"
+    pool_id: "302.0"
+    bdev_type: file
+    capacity: "256MB"
+    growth_unit: "64MB"
+  - mod_name: clio_cte_core
+    pool_name: clio_cte_core
+    pool_id: "512.0"
+    flush_interval_ms: 500
+    storage:
+      - path: "ram::{ram_name}"
+        bdev_type: ram
+        capacity_limit: "32MB"
+        score: 1.0
+      - existing_pool_id: "301.0"
+        existing_pool_module: clio_bdev
+        score: 0.2
+  - mod_name: clio_fs
+    pool_name: clio_fs
+    pool_id: "600.0"
+    cte_pool: clio_cte_core
+"""
+
+
+def scenario_attached_pool(env):
+    """A CTE tier attached to a bdev pool composed before it (existing_pool_id +
+    existing_pool_module): fsynced files land on the pool's device, survive a clean restart and
+    a kill -9 byte for byte; a second pool attached with `clioctl tier add` comes back after the
+    restarts and leaves with `tier rm` once drained; a storage entry naming a pool that is not
+    there is refused with the file, line and key."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    os.makedirs(env.state, exist_ok=True)
+    env.write_config(ATTACHED_CONFIG.format(T=env.T, ram_name=env.ram_name))
+    env.start_runtime()
+    env.mount()
+    files = {f"a{i}.bin": os.urandom(700000 + i * 65537) for i in range(5)}
+    for rel, data in files.items():
+        with open(os.path.join(env.mnt, rel), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    array = os.path.join(env.state, "array.dat")
+    spare = os.path.join(env.state, "spare.dat")
+    tiers = {t["name"]: t for t in env.tier_stat()}
+    check(array in tiers and tiers[array]["used"] >= sum(len(d) for d in files.values()),
+          f"the attached pool's device does not hold the fsynced files: {tiers}")
+    cp = run_cmd([env.clioctl, "tier", "add", "existing_pool_id=302.0", "existing_pool_module=clio_bdev",
+                  "score=0.5", "--json"], env=env.env())
+    check(cp.returncode == 0 and json.loads(_text(cp.stdout))["name"] == spare,
+          "attaching a pool at run time\n" + describe(cp))
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    env.mount()
+    for rel, data in files.items():
+        check_exact(os.path.join(env.mnt, rel), data, "after a clean restart")
+    env.crash()
+    env.start_runtime()
+    env.mount()
+    for rel, data in files.items():
+        check_exact(os.path.join(env.mnt, rel), data, "after kill -9")
+    check(spare in {t["name"] for t in env.tier_stat()}, "the pool attached at run time did not come back")
+    for args in (["drain", spare], ["rm", spare]):
+        cp = run_cmd([env.clioctl, "tier", *args], env=env.env())
+        check(cp.returncode == 0, f"tier {args[0]} of the attached spare\n" + describe(cp))
+    check(spare not in {t["name"] for t in env.tier_stat()}, "the removed spare is still listed")
+    for rel, data in files.items():
+        check_exact(os.path.join(env.mnt, rel), data, "after the spare left")
+    env.unmount()
+    env.stop_runtime()
+    bad = ATTACHED_CONFIG.format(T=env.T, ram_name=env.ram_name).replace('existing_pool_id: "301.0"',
+                                                                          'existing_pool_id: "309.0"')
+    conf = env.write_config(bad, os.path.join(env.T, "bad_attach.yaml"))
+    env.confs.append(conf)
+    bad_line = bad.splitlines().index('      - existing_pool_id: "309.0"') + 1
+    _expect_config_refused(env, conf, [conf, f":{bad_line}:", "existing_pool_id", "no pool 309.0"],
+                           "a storage entry attached to a missing pool")
 
 
 def _expect_config_refused(env, conf, needles, what):
@@ -1319,6 +1417,7 @@ SCENARIO_FUNCS = {
     "s3_kill9": scenario_s3_kill9,
     "full_disk": scenario_full_disk,
     "tier_ops": scenario_tier_ops,
+    "attached_pool": scenario_attached_pool,
 }
 
 
