@@ -167,6 +167,7 @@ Result<http::Response> StoreBase::Call(const std::string& what,
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + options_.retry.budget;
   std::string last;
+  std::string last_answer;  // the last error the server itself answered, if any
   for (int attempt = 0;; ++attempt) {
     requests_.fetch_add(1);
     Result<http::Response> r = client_.Send(build(), deadline);
@@ -178,6 +179,7 @@ Result<http::Response> StoreBase::Call(const std::string& what,
                         (XmlField(r->body, "Code").empty() ? Snippet(r->body)
                                                            : XmlField(r->body, "Code"))
                   : r.status().message();
+    if (r.ok()) last_answer = last;
     // Full jitter: a random wait up to min(max, base * 2^attempt).
     const auto ceiling = std::min<std::chrono::milliseconds>(
         options_.retry.max, options_.retry.base * (1ll << std::min(attempt, 20)));
@@ -188,7 +190,10 @@ Result<http::Response> StoreBase::Call(const std::string& what,
       const double secs = std::chrono::duration<double>(now - start).count();
       return IoError(what + ": gave up after " + std::to_string(attempt + 1) + " attempts in " +
                      std::to_string(static_cast<int>(secs * 10) / 10.0).substr(0, 5) +
-                     " s: " + last);
+                     " s: " + last +
+                     // The deadline may have cut the last attempt: say what the server answered.
+                     (!last_answer.empty() && last_answer != last ? " (the server answered before: " + last_answer + ")"
+                                                                  : ""));
     }
     retries_.fetch_add(1);
     CLIO_LOG_DEBUG("{}: attempt {} failed ({}); retrying in {} ms", what, attempt + 1, last,
