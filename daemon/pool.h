@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/config.h"
@@ -53,6 +54,8 @@ class PoolRegistry {
   virtual ~PoolRegistry() = default;
   virtual Pool* FindByName(std::string_view name) = 0;
   virtual Pool* FindById(uint32_t id) = 0;
+  // The ids of the pools composed so far, in compose order.
+  virtual std::vector<uint32_t> PoolIds() { return {}; }
   template <typename T>
   T* Find(std::string_view name) {
     return dynamic_cast<T*>(FindByName(name));

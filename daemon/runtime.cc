@@ -216,6 +216,12 @@ Pool* Runtime::FindByName(std::string_view name) {
   return nullptr;
 }
 
+std::vector<uint32_t> Runtime::PoolIds() {
+  std::vector<uint32_t> out;
+  for (auto& p : pools_) out.push_back(p->id());
+  return out;
+}
+
 Pool* Runtime::FindById(uint32_t id) {
   for (auto& p : pools_)
     if (p->id() == id) return p.get();

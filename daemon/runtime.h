@@ -41,6 +41,7 @@ class Runtime : public PoolRegistry {
 
   Pool* FindByName(std::string_view name) override;
   Pool* FindById(uint32_t id) override;
+  std::vector<uint32_t> PoolIds() override;
   const RuntimeConfig& config() const { return config_; }
 
  private:

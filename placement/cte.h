@@ -74,11 +74,18 @@ struct TierConfig {
   // copy of its config (name, type). The tier owns the device's allocations: nothing else may
   // allocate on it.
   Bdev* attached = nullptr;
+  // Added at run time (AddRecordedTiers): a tier that cannot be opened at start is skipped with
+  // a warning rather than refusing the start (the start still refuses if the index names it).
+  bool recorded = false;
 };
 
 struct CteConfig {
   std::vector<TierConfig> tiers;
   uint32_t flush_interval_ms = 2000;
+  // Blobs flushed at once (threads) by a flusher pass, FlushTag (fsync) and FlushAll (stop).
+  // One thread writes one blob at a time to the persistent tier (a synchronous, often direct,
+  // write), so a single flusher drains a RAM tier slower than writers fill it. 1..64.
+  uint32_t flush_threads = 4;
   // The longest a writer waits for the flusher when its tier is at dirty_limit; after it the
   // write goes to the next tier.
   uint32_t dirty_wait_ms = 10000;
@@ -244,12 +251,15 @@ class Cte {
   // entry can name a tier that is not configured), and records the tier with `spec` in the
   // metadata, durable on return. `spec` is opaque here: the runtime glue keeps the tier's keys
   // in it and gets it back from AddedTierSpecs() at the next start, so the tier comes back.
+  // A lifespan or drain mark recorded for the name earlier is dropped: an added tier is healthy.
   // Placement uses the tier from the moment the call returns. Errors: AlreadyExists (a tier
   // of that name or id is in use), InvalidArgument (bad dirty_limit), the bdev's own errors.
   Result<TierInfo> AddTier(const TierConfig& config, std::string_view spec);
   // Removes a drained tier (`clioctl tier rm`): placement forgets it, its records (id, lifespan,
   // drain mark, added spec) leave the metadata (durable on return), and its bdev closes once no
-  // operation in flight still holds it. Its file or segment stays where it is. Errors: NotFound;
+  // operation in flight still holds it (an attached pool's device stays with its pool). Its
+  // file or segment stays where it is. Waits for a running drain or reorganizer pass (move_mu_),
+  // then takes every stripe lock once before it checks the tier is empty. Errors: NotFound;
   // Busy when it is not marked draining or still holds bytes (drain it first), or is the last
   // tier, or the last persistent tier while a volatile one remains (fsync could not be durable).
   Status RemoveTier(uint64_t tier_id);
@@ -310,6 +320,7 @@ class Cte {
   Cte(KvStore* kv, const CteConfig& c)
       : kv_(kv),
         flush_interval_ms_(c.flush_interval_ms),
+        flush_threads_(c.flush_threads),
         dirty_wait_ms_(c.dirty_wait_ms),
         reorganize_interval_ms_(c.reorganize_interval_ms),
         reorganize_budget_(c.reorganize_bandwidth * c.reorganize_interval_ms / 1000),
@@ -352,7 +363,9 @@ class Cte {
   std::shared_ptr<Tier> TierById(uint64_t id);
   // Opens one configured tier: its bdev under the id recorded for its name, its lifespan and
   // drain mark as recorded. Adds its id record to `records`.
-  Result<std::shared_ptr<Tier>> OpenTier(const TierConfig& tc, KvBatch* records);
+  // `restore_motion` false (AddTier): a lifespan or drain mark left from an earlier life of the
+  // name is dropped, not applied.
+  Result<std::shared_ptr<Tier>> OpenTier(const TierConfig& tc, KvBatch* records, bool restore_motion = true);
   // Makes the tier's room and syncs count: flush reservations and the pre-commit sync for a
   // persistent tier, the dirty ledger for a volatile one. RetireTier undoes it.
   void EnlistTier(Tier& t);
@@ -380,16 +393,16 @@ class Cte {
   // copy there). Takes the stripe lock: call without holding one.
   Result<uint64_t> DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob);
   // Copies the merged bytes of a blob whose copies are all clean to one new clean copy on
-  // `target` (a tier of `tiers`), reading and writing without the stripe lock, then swaps it in under the
+  // `target`, reading and writing without the stripe lock, then swaps it in under the
   // lock if the index entry is unchanged (*changed = true otherwise, or when the blob has a
   // dirty copy: nothing done). A
   // persistent target replaces every persistent copy (volatile caches stay unless on
   // `off_tier`); a volatile target adds a cache copy in front. Returns the bytes copied.
-  // NoSpace when the target has no room (or its room is reserved for flushes).
-  Result<uint64_t> CopyBlobTo(uint64_t tag, uint64_t blob, Tier& target, uint64_t off_tier,
-                              const TierList& tiers, bool* changed);
+  // NoSpace when the target has no room (or its room is reserved for flushes), or no longer
+  // takes data (draining, dying).
+  Result<uint64_t> CopyBlobTo(uint64_t tag, uint64_t blob, Tier& target, uint64_t off_tier, bool* changed);
   // Moves every copy of the blob off tier `t` (Drain). Adds the bytes copied to *moved.
-  Status DrainBlob(uint64_t tag, uint64_t blob, Tier& t, const TierList& tiers, uint64_t* moved);
+  Status DrainBlob(uint64_t tag, uint64_t blob, Tier& t, uint64_t* moved);
   // Wakes the flusher now (a tier reached its dirty limit).
   void KickFlusher();
   // Reads the merged view of a blob; requires the blob's stripe lock, or a check after the
@@ -398,6 +411,12 @@ class Cte {
   // Copies a dirty blob to a persistent tier; requires the stripe lock.
   Status FlushBlobLocked(uint64_t tag, uint64_t blob);
   Status FlushOne(uint64_t tag, uint64_t blob);
+  // FlushOne for every blob of `blobs`, up to flush_threads_ at once (fewer when no thread can
+  // be started); the status of each, in order. `background`: failures are counted and kept
+  // for the tag's next fsync or close as they happen (NoteFlushFailure). Call with no lock.
+  std::vector<Status> FlushMany(const std::vector<std::pair<uint64_t, uint64_t>>& blobs,
+                                bool background = false);
+  void NoteFlushFailure(uint64_t tag, uint64_t blob, const Status& s) EXCLUDES(dirty_mu_);
   // Deletes the blob's entry and releases its copies; requires the stripe lock.
   Status RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stored_delta = nullptr);
   // Adds OnDurable frees for the copies' extents.
@@ -408,6 +427,7 @@ class Cte {
 
   KvStore* const kv_;
   const uint32_t flush_interval_ms_;
+  const uint32_t flush_threads_;
   const uint32_t dirty_wait_ms_;
   const uint32_t reorganize_interval_ms_;
   const uint64_t reorganize_budget_;  // bytes per pass
@@ -415,7 +435,7 @@ class Cte {
   const double reorganize_threshold_;
   const double score_decay_;
   // AddTier and RemoveTier one at a time, and against Undrain (so a tier being removed stays
-  // drained). Taken before move_mu_ and any stripe lock; never held by Drain.
+  // drained). Taken before move_mu_ and any stripe lock; Drain holds it only while it marks.
   Mutex tier_change_mu_;
   mutable Mutex tiers_mu_;  // a leaf: held only to copy or replace the pointer
   TierSnapshot tiers_ GUARDED_BY(tiers_mu_);

@@ -28,9 +28,11 @@ std::string BlobName(uint64_t tag, uint64_t blob) { return std::to_string(tag) +
 
 }  // namespace
 
-Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t off_tier,
-                                 const TierList& tiers, bool* changed) {
+Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t off_tier, bool* changed) {
   *changed = false;
+  // The caller chose the target a while ago (a reorganizer pass plans first): it may have been
+  // marked draining or dying since.
+  if (!(t.is_volatile ? Accepts(t) : AcceptsPersistent(t))) return NoSpace(Refusal(t));
   const uint64_t tid = t.bdev->tier_id();
   Stripe& s = StripeFor(tag, blob);
   BlobEntry before;
@@ -39,6 +41,10 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
     CLIO_ASSIGN_OR_RETURN(before, LoadEntry(tag, blob));
   }
   if (before.copies.empty()) return uint64_t{0};
+  // Taken after the entry was loaded, so it has every tier the entry's copies name (a copy is
+  // placed only on a published tier; a tier holding one is never removed).
+  const TierSnapshot snapshot = Tiers();
+  const TierList& tiers = *snapshot;
   // Dirty (written since the caller looked): the caller flushes it or leaves it be.
   for (const BlobCopy& c : before.copies) {
     if (c.state == CopyState::kDirty) {
@@ -129,7 +135,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
   return all.bytes();
 }
 
-Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, const TierList& tiers, uint64_t* moved) {
+Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, uint64_t* moved) {
   const uint64_t tid = t.bdev->tier_id();
   for (int attempt = 0; attempt < kMoveAttempts; ++attempt) {
     BlobEntry e;
@@ -156,10 +162,12 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, const TierList& tier
     }
     Status last = NoSpace("no other persistent tier takes data");
     bool changed = false, done = false;
+    const TierSnapshot snapshot = Tiers();  // a tier added during the drain takes blobs too
+    const TierList& tiers = *snapshot;
     for (size_t ti = 0; ti < tiers.size() && !done; ++ti) {
       Tier& to = *tiers[ti];
       if (&to == &t || !AcceptsPersistent(to)) continue;
-      auto r = CopyBlobTo(tag, blob, to, tid, tiers, &changed);
+      auto r = CopyBlobTo(tag, blob, to, tid, &changed);
       if (!r.ok()) {
         if (r.status().code() != Code::kNoSpace) return r.status();
         last = r.status();
@@ -191,8 +199,6 @@ Status Cte::Drain(uint64_t tier_id) {
   }
   Tier& t = *tp;
   MutexLock m(&move_mu_);
-  // The other tiers as they are now; a tier added during the drain is used by the next one.
-  const TierSnapshot tiers = Tiers();
   // A barrier: every allocation on a tier happens under some blob's stripe lock (a write, a
   // flush; the reorganizer is kept out by move_mu_), so once each stripe has been taken and
   // released, every placement that read the tier as open has committed or given up, and every
@@ -221,7 +227,7 @@ Status Cte::Drain(uint64_t tier_id) {
           continue;
         uint64_t tag = 0, blob = 0;
         if (!ParseBlobKey(key, &tag, &blob)) return fail(Corruption("a blob index key that does not parse"));
-        Status s = DrainBlob(tag, blob, t, *tiers, &moved);
+        Status s = DrainBlob(tag, blob, t, &moved);
         if (!s.ok()) return fail(s);
         ++handled;
       }

@@ -1,5 +1,7 @@
 #include "placement/cte_pool.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "common/codec.h"
@@ -23,6 +25,9 @@ Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& f
   CLIO_ASSIGN_OR_RETURN(uint64_t interval, r.UInt("flush_interval_ms", 2000));
   if (interval == 0 || interval > 3600000) return r.Error("flush_interval_ms", "must be between 1 and 3600000");
   cfg.flush_interval_ms = static_cast<uint32_t>(interval);
+  CLIO_ASSIGN_OR_RETURN(uint64_t threads, r.UInt("flush_threads", cfg.flush_threads));
+  if (threads == 0 || threads > 64) return r.Error("flush_threads", "must be between 1 and 64");
+  cfg.flush_threads = static_cast<uint32_t>(threads);
   CLIO_ASSIGN_OR_RETURN(uint64_t wait, r.UInt("dirty_wait_ms", cfg.dirty_wait_ms));
   if (wait == 0 || wait > 3600000) return r.Error("dirty_wait_ms", "must be between 1 and 3600000");
   cfg.dirty_wait_ms = static_cast<uint32_t>(wait);
@@ -185,8 +190,13 @@ Status AddRecordedTiers(KvStore* kv, const std::string& file, PoolRegistry* regi
       continue;
     }
     auto tc = ParseTierSpec(spec, "tier '" + name + "' (added at run time)", registry);
-    if (!tc.ok()) return tc.status().WithContext("the metadata's record of tiers added at run time");
+    if (!tc.ok()) {
+      // Kept for the next start; the start fails later if the index names the tier.
+      CLIO_LOG_WARN("tier '{}' (added at run time) is left out: {}", name, tc.status().ToString());
+      continue;
+    }
     tc->bdev.name = name;  // the spec holds the path as given; the tier's name is the recorded one
+    tc->recorded = true;
     cfg->tiers.push_back(std::move(tc).value());
   }
   return Status::Ok();
@@ -209,7 +219,13 @@ Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc) {
   const std::string named = NodeTierName(tc->bdev.name, tc->bdev.type, node);
   CLIO_ASSIGN_OR_RETURN(bool bare, Cte::HasTierRecord(kv, tc->bdev.name));
   CLIO_ASSIGN_OR_RETURN(bool suffixed, Cte::HasTierRecord(kv, named));
-  if (bare && !suffixed) {
+  // Only a device that still holds the bare name's state keeps it: a file tier's file, an
+  // object tier's local alloc log. Memory tiers keep nothing across a start.
+  bool device = false;
+  if (tc->bdev.type == BdevType::kFile) device = access(tc->bdev.name.c_str(), F_OK) == 0;
+  if (tc->bdev.type == BdevType::kS3 || tc->bdev.type == BdevType::kGcs)
+    device = !tc->bdev.alloc_log.empty() && access(tc->bdev.alloc_log.c_str(), F_OK) == 0;
+  if (bare && !suffixed && device) {
     CLIO_LOG_WARN("tier '{}' keeps its name from before node suffixes (new tiers are named like '{}')",
                   tc->bdev.name, named);
     return Status::Ok();
@@ -228,6 +244,35 @@ ModuleFactory MakeCteModuleFactory(KvStore* kv, uint32_t node_id) {
     return std::unique_ptr<Pool>(new CtePool(std::move(cte), kv, node_id, &registry));
   };
 }
+
+namespace {
+
+// The pools of a registry that existed when it was made: a tier added at run time attaches only
+// to a pool composed before the CTE, which is stopped after it and is there at the next start.
+class EarlierPools final : public PoolRegistry {
+ public:
+  explicit EarlierPools(PoolRegistry* all) : all_(all), ids_(all->PoolIds()) {}
+  Pool* FindByName(std::string_view name) override {
+    Pool* p = all_->FindByName(name);
+    return p && Known(p->id()) ? p : nullptr;
+  }
+  Pool* FindById(uint32_t id) override { return Known(id) ? all_->FindById(id) : nullptr; }
+  std::vector<uint32_t> PoolIds() override { return ids_; }
+
+ private:
+  bool Known(uint32_t id) const { return std::find(ids_.begin(), ids_.end(), id) != ids_.end(); }
+  PoolRegistry* const all_;
+  const std::vector<uint32_t> ids_;
+};
+
+}  // namespace
+
+CtePool::CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry)
+    : cte_(std::move(cte)), kv_(kv), node_id_(node_id) {
+  if (registry) earlier_ = std::make_unique<EarlierPools>(registry);
+}
+
+CtePool::~CtePool() = default;
 
 std::string CtePool::Describe() const {
   return std::to_string(cte_->ListTiers().size()) + " tiers";
@@ -264,7 +309,7 @@ Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
     }
     case CteMethod::kAddTier: {
       // One runtime-added tier; its keys are checked by the same parser as the config's.
-      CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierSpec(payload, "clioctl tier add", registry_));
+      CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierSpec(payload, "clioctl tier add", earlier_.get()));
       CLIO_RETURN_IF_ERROR(NameTierForNode(kv_, node_id_, &tc));
       CLIO_ASSIGN_OR_RETURN(TierInfo info, cte_->AddTier(tc, payload));
       return EncodeTierList({info});

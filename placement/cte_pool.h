@@ -26,9 +26,10 @@ enum class CteMethod : uint32_t {
 class CtePool : public Pool {
  public:
   // `kv`: the metadata store the CTE uses (for the names of tiers added at run time);
-  // `registry`: the runtime's pools, which tiers added at run time may attach to (may be null).
-  CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry = nullptr)
-      : cte_(std::move(cte)), kv_(kv), node_id_(node_id), registry_(registry) {}
+  // `registry`: the runtime's pools. Tiers added at run time may attach only to those composed
+  // before this pool (they are stopped after it, and are there at the next start); null: none.
+  CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry = nullptr);
+  ~CtePool() override;
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   Status Stop() override { return cte_->Stop(); }
   std::string Describe() const override;
@@ -38,7 +39,7 @@ class CtePool : public Pool {
   std::unique_ptr<Cte> cte_;
   KvStore* const kv_;
   const uint32_t node_id_;
-  PoolRegistry* const registry_;
+  std::unique_ptr<PoolRegistry> earlier_;  // the registry as it was when this pool was made
 };
 
 // Factory for compose entries with mod_name clio_cte_core, on node `node_id` (NameTierForNode). Keys: flush_interval_ms,
@@ -52,7 +53,9 @@ ModuleFactory MakeCteModuleFactory(KvStore* kv, uint32_t node_id);
 // bucket gets the prefix "node<N>", since a bucket name may not hold an underscore.
 std::string NodeTierName(const std::string& path, BdevType type, uint32_t node);
 // Names the tier for `node` (NodeTierName), except a tier the metadata recorded under its bare
-// path before node suffixes existed: it keeps that name, so its data is found.
+// path before node suffixes existed, whose device still holds its state (a file tier's file, an
+// object tier's alloc log): it keeps that name, so its data is found. Attached tiers keep the
+// pool's name.
 Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc);
 
 // Parses a CTE compose entry into its typed config (exposed for tests). Entries with

@@ -177,7 +177,7 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
       }
     }
     bool changed = false;
-    auto r = CopyBlobTo(c.tag, c.blob, to, 0, *tiers, &changed);
+    auto r = CopyBlobTo(c.tag, c.blob, to, 0, &changed);
     if (!r.ok() || changed || *r == 0) {
       if (!r.ok() && r.status().code() != Code::kNoSpace)
         CLIO_LOG_WARN("reorganizer: moving blob {}:{} to tier '{}': {}", c.tag, c.blob, to.name,

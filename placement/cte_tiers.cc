@@ -88,7 +88,7 @@ bool RanksBefore(double score_a, const PerfMetrics& a, std::string_view name_a, 
   return name_a < name_b;
 }
 
-Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* records) {
+Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* records, bool restore_motion) {
   BdevConfig bc = tc.bdev;
   CLIO_ASSIGN_OR_RETURN(auto rec, kv_->Get(TierKey(bc.name)));
   std::shared_ptr<Bdev> bdev;
@@ -134,7 +134,9 @@ Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* 
   records->Put(TierKey(bc.name), EncodeTierRecord(bdev->tier_id(), stats.persistence));
   tier->bdev = std::move(bdev);
   CLIO_ASSIGN_OR_RETURN(auto motion, kv_->Get(TierMotionKey(bc.name)));
-  if (motion) {
+  if (motion && !restore_motion) {
+    records->Delete(TierMotionKey(bc.name));
+  } else if (motion) {
     double days = 0;
     bool draining = false;
     Status m = DecodeTierMotion(*motion, &days, &draining);
@@ -230,7 +232,7 @@ Result<TierInfo> Cte::AddTier(const TierConfig& tc, std::string_view spec) {
   CLIO_ASSIGN_OR_RETURN(auto record, kv_->Get(TierKey(tc.bdev.name)));
   const bool recorded = record.has_value();
   KvBatch records;
-  CLIO_ASSIGN_OR_RETURN(std::shared_ptr<Tier> tier, OpenTier(tc, &records));
+  CLIO_ASSIGN_OR_RETURN(std::shared_ptr<Tier> tier, OpenTier(tc, &records, /*restore_motion=*/false));
   for (const auto& t : *now)
     if (t->bdev->tier_id() == tier->bdev->tier_id())
       return Status(Code::kAlreadyExists, "tier '" + tier->name + "' has the id of tier '" + t->name +
@@ -261,6 +263,9 @@ Result<TierInfo> Cte::AddTier(const TierConfig& tc, std::string_view spec) {
 
 Status Cte::RemoveTier(uint64_t tier_id) {
   MutexLock change(&tier_change_mu_);
+  // No drain or reorganizer pass is moving blobs meanwhile (a pass that saw the tier open could
+  // otherwise still copy onto it).
+  MutexLock movers(&move_mu_);
   const TierSnapshot now = Tiers();
   std::shared_ptr<Tier> t;
   for (const auto& x : *now)
@@ -269,6 +274,11 @@ Status Cte::RemoveTier(uint64_t tier_id) {
   if (!t->draining.load())
     return Status(Code::kBusy, "tier '" + t->name + "' is not drained; drain it first (clioctl tier drain " +
                                    t->name + ") to move its data to the other tiers");
+  // A barrier first: every allocation happens under some blob's stripe lock, after that
+  // operation checked the tier takes data. Once each stripe was taken and released, every
+  // placement that saw the tier open before the drain mark has committed (and shows in `used`
+  // below), and every later one sees the mark.
+  for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
   if (const uint64_t used = t->bdev->GetStats().used; used > 0)
     return Status(Code::kBusy, "tier '" + t->name + "' still holds " + FormatSize(used) +
                                    "; drain it again until it is empty");
@@ -282,22 +292,23 @@ Status Cte::RemoveTier(uint64_t tier_id) {
   if (!t->is_volatile && !other_persistent && other_volatile)
     return Status(Code::kBusy, "tier '" + t->name + "' is the last persistent tier: without it fsync could "
                                    "not make data durable; add another persistent tier first");
-  TierList next;
-  for (const auto& x : *now)
-    if (x != t) next.push_back(x);
-  PublishTiers(std::move(next));
-  // Nothing is placed on a draining tier, and it holds no bytes; taking every stripe lock once
-  // lets any operation that read the old list and is between index reads finish before the
-  // tier leaves the accounting.
-  for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
-  RetireTier(*t);
-  clean_lru_.RemoveTier(tier_id);
+  // The frees the drain made reach the device's allocator log, so an add of the same device
+  // later finds it empty, not holding data this filesystem has no record of.
+  if (Status s = t->bdev->Sync(); !s.ok()) return s.WithContext("removing tier '" + t->name + "'");
+  // The records go first: if that fails nothing has changed; once they are durable a crash
+  // leaves the tier out (it held nothing).
   KvBatch batch;
   batch.Delete(TierKey(t->name));
   batch.Delete(TierMotionKey(t->name));
   batch.Delete(TierSpecKey(t->name));
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
   CLIO_RETURN_IF_ERROR(kv_->Sync());
+  TierList next;
+  for (const auto& x : *now)
+    if (x != t) next.push_back(x);
+  PublishTiers(std::move(next));
+  RetireTier(*t);
+  clean_lru_.RemoveTier(tier_id);
   CLIO_LOG_INFO("tier '{}' (id {}) removed; its device is closed once no operation holds it", t->name, tier_id);
   return Status::Ok();
 }

@@ -1,7 +1,10 @@
 // Write-back: the dirty set, the flusher, FlushTag/FlushAll, and eviction of clean copies
 // from volatile tiers. See cte.h for the contract and tier_space.h for the space accounting.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <system_error>
+#include <thread>
 
 #include "common/log.h"
 #include "placement/blob_index.h"
@@ -133,18 +136,53 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
   return st;
 }
 
+void Cte::NoteFlushFailure(uint64_t tag, uint64_t blob, const Status& s) {
+  flush_failures_.fetch_add(1);
+  CLIO_LOG_WARN("flushing blob {}:{}: {} (kept dirty, will retry)", tag, blob, s.ToString());
+  MutexLock d(&dirty_mu_);
+  for (auto& [t, st] : flush_errors_)
+    if (t == tag) return;
+  flush_errors_.emplace_back(tag, s);
+}
+
+std::vector<Status> Cte::FlushMany(const std::vector<std::pair<uint64_t, uint64_t>>& blobs, bool background) {
+  std::vector<Status> out(blobs.size());
+  // Each blob is flushed under its own stripe lock: different blobs go in parallel, and each
+  // thread takes the next blob in order. A background failure is recorded at once, so an
+  // fsync that flushes the blob again meanwhile is not answered with an older error.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < blobs.size(); i = next.fetch_add(1)) {
+      out[i] = FlushOne(blobs[i].first, blobs[i].second);
+      if (background && !out[i].ok()) NoteFlushFailure(blobs[i].first, blobs[i].second, out[i]);
+    }
+  };
+  const size_t threads = std::min<size_t>(flush_threads_, blobs.size());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error& e) {
+      // No thread to be had (a task limit): the threads started and this one do the rest.
+      CLIO_LOG_WARN("flushing with {} threads instead of {}: {}", pool.size() + 1, threads, e.what());
+      break;
+    }
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
+}
+
 Status Cte::FlushTag(uint64_t tag) {
-  std::vector<uint64_t> blobs;
+  std::vector<std::pair<uint64_t, uint64_t>> blobs;
   {
     MutexLock d(&dirty_mu_);
     for (auto it = dirty_.lower_bound({tag, 0}); it != dirty_.end() && it->first == tag; ++it)
-      blobs.push_back(it->second);
+      blobs.push_back(*it);
   }
   Status first = TakeFlushError(tag);
-  for (uint64_t b : blobs) {
-    Status s = FlushOne(tag, b);
+  for (Status& s : FlushMany(blobs))
     if (!s.ok() && first.ok()) first = s;
-  }
   return first;
 }
 
@@ -171,10 +209,8 @@ Status Cte::FlushAll() {
     all.assign(dirty_.begin(), dirty_.end());
   }
   Status first;
-  for (auto [tag, blob] : all) {
-    Status s = FlushOne(tag, blob);
+  for (Status& s : FlushMany(all))
     if (!s.ok() && first.ok()) first = s;
-  }
   return first;
 }
 
@@ -194,18 +230,7 @@ void Cte::FlusherLoop() {
       kicked_ = false;
       batch.assign(dirty_.begin(), dirty_.end());
     }
-    for (auto [tag, blob] : batch) {
-      Status s = FlushOne(tag, blob);
-      if (!s.ok()) {
-        flush_failures_.fetch_add(1);
-        CLIO_LOG_WARN("flushing blob {}:{}: {} (kept dirty, will retry)", tag, blob, s.ToString());
-        MutexLock d(&dirty_mu_);
-        bool found = false;
-        for (auto& [t, st] : flush_errors_)
-          if (t == tag) found = true;
-        if (!found) flush_errors_.emplace_back(tag, s);
-      }
-    }
+    (void)FlushMany(batch, /*background=*/true);  // failures are recorded as they happen
     flush_passes_.fetch_add(1);
   }
 }

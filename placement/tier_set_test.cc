@@ -412,6 +412,11 @@ struct ComposedPools : PoolRegistry {
       if (p->id() == id) return p.get();
     return nullptr;
   }
+  std::vector<uint32_t> PoolIds() override {
+    std::vector<uint32_t> out;
+    for (auto& p : pools) out.push_back(p->id());
+    return out;
+  }
 };
 
 }  // namespace
@@ -453,6 +458,8 @@ TEST_CASE("a storage entry with existing_pool_id attaches to a bdev pool compose
   REQUIRE(AddRecordedTiers(f.OpenKv(), "test.yaml", &others, &c2).ok());
   auto wrong = Cte::Open(c2, f.kv.get());
   REQUIRE_FALSE(wrong.ok());
+  // The tier is left out, and the start refused because the index names it, saying why.
+  CHECK(wrong.status().code() == Code::kCorruption);
   CHECK_MESSAGE(wrong.status().message().find("attach the pool that held this tier") != std::string::npos,
                 wrong.status().ToString());
 }
@@ -496,4 +503,36 @@ TEST_CASE("existing_pool_id errors name the key, the pool and what is wrong") {
   REQUIRE_FALSE(cte.ok());
   CHECK_MESSAGE(cte.status().message().find("c.yaml:6: compose[0].storage[0].existing_pool_id: no pool 303.0") == 0,
                 cte.status().ToString());
+}
+
+TEST_CASE("at run time a tier attaches only to a pool composed before the CTE") {
+  ComposedPools pools;
+  pools.AddFile("before.dat", 301);
+  TierSetFixture f;
+  CtePool pool(std::move(f.cte), f.kv.get(), 0, &pools);
+  pools.AddFile("after.dat", 302);  // composed after the CTE: stopped before it
+  auto call = [&](const Keys& k) { return pool.Handle(static_cast<uint32_t>(CteMethod::kAddTier), EncodeTierSpec(k)); };
+  auto late = call({{"existing_pool_id", "302.0"}, {"existing_pool_module", "clio_bdev"}});
+  REQUIRE_FALSE(late.ok());
+  CHECK_MESSAGE(late.status().message().find("no pool 302.0 is composed before") != std::string::npos,
+                late.status().ToString());
+  auto early = call({{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_bdev"}});
+  REQUIRE_MESSAGE(early.ok(), early.status().ToString());
+  CHECK(pool.cte()->ListTiers().size() == 2);
+  REQUIRE(pool.Stop().ok());
+}
+
+TEST_CASE("a run-time tier whose device is gone is left out at start when it holds nothing") {
+  TierSetFixture f;
+  REQUIRE(f.Add(f.FileKeys("gone", "0.1")).ok());  // lower than base: takes no writes
+  REQUIRE(f.cte->PutBlob(11, 0, 0, Random(4096, 110)).ok());
+  CHECK(f.Newest(11, 0) == f.Id("base"));
+  f.Stop();
+  std::filesystem::remove(f.Path("gone"));
+  f.OpenCte();  // starts: the tier is left out with a warning, its record kept for next time
+  CHECK(f.cte->ListTiers().size() == 1);
+  CHECK(GetBytes(f.cte.get(), 11, 0, 0, 4096) == Random(4096, 110));
+  auto specs = Cte::AddedTierSpecs(f.kv.get());
+  REQUIRE(specs.ok());
+  CHECK(specs->size() == 1);
 }

@@ -29,6 +29,7 @@ struct Options {
   uint64_t dirty_limit = 0;  // 0: the default (half the RAM tier)
   uint32_t dirty_wait_ms = 60000;
   uint32_t flush_interval_ms = 3600000;  // the flusher runs only when a writer kicks it
+  uint32_t flush_threads = 4;
 };
 
 struct WbFixture : CteHarness {
@@ -44,6 +45,7 @@ struct WbFixture : CteHarness {
   CteConfig Config() const {
     CteConfig c;
     c.flush_interval_ms = o.flush_interval_ms;
+    c.flush_threads = o.flush_threads;
     c.reorganize = false;           // no background moves under the assertions
     c.dirty_wait_ms = o.dirty_wait_ms;
     TierConfig ram = RamTier(ram_name, o.ram, 1.0);
@@ -258,6 +260,7 @@ TEST_CASE("the default dirty limit is half the volatile tier's capacity") {
 TEST_CASE("clean copies on a full RAM tier are evicted least recently used first") {
   Options o;
   o.dirty_limit = 8 * MiB;
+  o.flush_threads = 1;  // flushes in blob order, so the LRU order below is known
   WbFixture f(o);  // 8 MiB RAM
   for (uint32_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(4, b, 0, Random(MiB, 40 + b)).ok());
   REQUIRE(f.cte->FlushAll().ok());  // RAM half full: the four stay as clean cached copies
@@ -383,6 +386,32 @@ TEST_CASE("dirty_limit and dirty_wait_ms are validated with errors naming the ke
   expect(parse("", "      - path: /tmp/clio-wb-parse/t.dat\n        dirty_limit: 8MB\n"), "dirty_limit",
          "only to volatile tiers");
   expect(parse("    dirty_wait_ms: 0\n", ram), "dirty_wait_ms", "between 1 and");
+  CHECK(parse("", ram)->flush_threads == 4);
+  CHECK(parse("    flush_threads: 1\n", ram)->flush_threads == 1);
+  expect(parse("    flush_threads: 0\n", ram), "flush_threads", "between 1 and 64");
+  expect(parse("    flush_threads: 65\n", ram), "flush_threads", "between 1 and 64");
+}
+
+TEST_CASE("flushes of many blobs in parallel keep every blob whole, with one thread or many") {
+  for (uint32_t threads : {1u, 4u, 16u}) {
+    CAPTURE(threads);
+    Options o;
+    o.dirty_limit = o.ram;
+    o.flush_threads = threads;
+    WbFixture f(o);
+    for (uint64_t b = 0; b < 7; ++b) REQUIRE(f.cte->PutBlob(9, b, 0, Random(MiB - 4096 * b, 900 + b)).ok());
+    REQUIRE(f.cte->PutBlob(10, 0, 0, Random(5000, 1000)).ok());
+    REQUIRE(f.cte->FlushTag(9).ok());  // tag 9 only
+    WritebackStats w = f.cte->GetWritebackStats();
+    CHECK(w.dirty_blobs == 1);
+    for (uint64_t b = 0; b < 7; ++b) {
+      for (const CopyLocation& l : f.Locate(9, b)) CHECK_FALSE(l.dirty);
+      CHECK(f.Get(9, b, 0, MiB - 4096 * b) == Random(MiB - 4096 * b, 900 + b));
+    }
+    REQUIRE(f.cte->FlushAll().ok());
+    CHECK(f.cte->GetWritebackStats().dirty_blobs == 0);
+    CHECK(f.cte->GetWritebackStats().reserved == 0);
+  }
 }
 
 TEST_CASE("Open refuses a dirty_limit larger than the tier or on a persistent tier") {

@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import pty
 import re
 import shutil
 import signal
@@ -1182,8 +1183,26 @@ def scenario_tier_ops(env):
     cp = ctl("tier", "rm", added_path)
     check(cp.returncode == 1 and "drain it first" in _text(cp.stderr),
           "removing a tier that holds data\n" + describe(cp))
-    cp = ctl("tier", "drain", added_path)
-    check(cp.returncode == 0, "drain of the added tier\n" + describe(cp))
+    # On a terminal the drain draws a progress line (bytes left and moved, rate, time left) on
+    # stderr, ending with the final figures.
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([env.clioctl, "tier", "drain", added_path], env=env.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    tty_out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        tty_out += chunk
+    os.close(master)
+    out, _ = proc.communicate(timeout=CMD_TIMEOUT)
+    check(proc.returncode == 0, f"drain of the added tier: exit {proc.returncode}\n{_text(out)}{_text(tty_out)}")
+    check(b"0 B left" in tty_out and b"moved" in tty_out and b"/s" in tty_out,
+          f"no progress line on the terminal: {tty_out!r}")
     cp = ctl("tier", "rm", added_path, "--json")
     check(cp.returncode == 0 and json.loads(_text(cp.stdout))["removed"], "tier rm\n" + describe(cp))
     check(added["name"] not in {t["name"] for t in env.tier_stat()}, "the removed tier is still listed")
