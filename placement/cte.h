@@ -285,6 +285,7 @@ class Cte {
   struct Tier {
     std::string name;
     double score = 0;
+    PerfMetrics perf;            // the configured figures (or the type's), for ranking
     std::shared_ptr<Bdev> bdev;  // owned, or an attached pool's (a no-op deleter)
     bool is_volatile = false;
     uint64_t dirty_limit = 0;  // volatile tiers: bytes
@@ -354,6 +355,11 @@ class Cte {
   };
   Result<std::map<uint64_t, KnownTier>> KnownTiers();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
+  // Takes and releases every stripe lock once: every operation that held one when this began
+  // (a placement that saw a tier open, say) has finished when it returns.
+  void StripeBarrier() {
+    for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
+  }
   // The tier list now. Operations take one snapshot and use it throughout; a tier added
   // meanwhile is used by the next operation, a removed one stays valid while held.
   TierSnapshot Tiers() const EXCLUDES(tiers_mu_);

@@ -204,7 +204,7 @@ Status Cte::Drain(uint64_t tier_id) {
   // released, every placement that read the tier as open has committed or given up, and every
   // later one sees the mark. From here on, bytes on the tier are named by the index or about
   // to be freed by a durable commit.
-  for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
+  StripeBarrier();
   CLIO_LOG_INFO("draining tier '{}' ({} bytes in use)", t.name, t.bdev->GetStats().used);
   auto fail = [&](Status s) {
     CLIO_LOG_WARN("draining tier '{}' stopped: {}", t.name, s.ToString());

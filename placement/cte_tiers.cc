@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "common/codec.h"
 #include "common/log.h"
@@ -49,7 +50,6 @@ Status DecodeTierMotion(std::string_view v, double* lifespan_days, bool* drainin
 struct TierRecord {
   uint64_t id = 0;
   Persistence persistence = Persistence::kTemporary;
-  std::string name;
 };
 
 std::string EncodeTierRecord(uint64_t id, Persistence p) {
@@ -69,6 +69,19 @@ Result<TierRecord> DecodeTierRecord(std::string_view v) {
   if (version != 1 || p > 2) return Corruption("tier record: unknown version or persistence");
   r.persistence = static_cast<Persistence>(p);
   return r;
+}
+
+// Calls fn(name, value) for every record under `prefix`, a page at a time; name is the key
+// without the prefix. Stops at fn's first error.
+Status ForEachRecord(KvStore* kv, std::string_view prefix,
+                     const std::function<Status(std::string name, std::string_view value)>& fn) {
+  std::string after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv->Scan(prefix, after, kScanPage));
+    for (auto& [k, v] : page) CLIO_RETURN_IF_ERROR(fn(k.substr(prefix.size()), v));
+    if (page.size() < kScanPage) return Status::Ok();
+    after = page.back().first;
+  }
 }
 
 }  // namespace
@@ -119,6 +132,7 @@ Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* 
   const BdevStats stats = bdev->GetStats();
   auto tier = std::make_shared<Tier>();
   tier->name = bc.name;
+  tier->perf = stats.perf;
   tier->score = tc.score ? *tc.score : PerfScore(stats.perf);
   tier->is_volatile = stats.persistence == Persistence::kVolatile;
   if (tier->is_volatile) {
@@ -178,9 +192,7 @@ Cte::TierSnapshot Cte::Tiers() const {
 
 void Cte::PublishTiers(TierList next) {
   std::stable_sort(next.begin(), next.end(), [](const auto& a, const auto& b) {
-    return RanksBefore(a->score, a->bdev->config().perf.value_or(DefaultPerfMetrics(a->bdev->config().type)),
-                       a->name, b->score,
-                       b->bdev->config().perf.value_or(DefaultPerfMetrics(b->bdev->config().type)), b->name);
+    return RanksBefore(a->score, a->perf, a->name, b->score, b->perf, b->name);
   });
   auto snap = std::make_shared<const TierList>(std::move(next));
   MutexLock l(&tiers_mu_);
@@ -202,16 +214,11 @@ std::shared_ptr<Cte::Tier> Cte::TierById(uint64_t id) {
 
 Result<std::map<uint64_t, Cte::KnownTier>> Cte::KnownTiers() {
   std::map<uint64_t, KnownTier> known;
-  std::string after;
-  while (true) {
-    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan(kTierKeyPrefix, after, kScanPage));
-    for (auto& [k, v] : page) {
-      CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(v));
-      known[r.id] = KnownTier{k.substr(kTierKeyPrefix.size()), r.persistence};
-    }
-    if (page.size() < kScanPage) break;
-    after = page.back().first;
-  }
+  CLIO_RETURN_IF_ERROR(ForEachRecord(kv_, kTierKeyPrefix, [&](std::string name, std::string_view v) -> Status {
+    CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(v));
+    known[r.id] = KnownTier{std::move(name), r.persistence};
+    return Status::Ok();
+  }));
   return known;
 }
 
@@ -278,7 +285,7 @@ Status Cte::RemoveTier(uint64_t tier_id) {
   // operation checked the tier takes data. Once each stripe was taken and released, every
   // placement that saw the tier open before the drain mark has committed (and shows in `used`
   // below), and every later one sees the mark.
-  for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
+  StripeBarrier();
   if (const uint64_t used = t->bdev->GetStats().used; used > 0)
     return Status(Code::kBusy, "tier '" + t->name + "' still holds " + FormatSize(used) +
                                    "; drain it again until it is empty");
@@ -315,13 +322,10 @@ Status Cte::RemoveTier(uint64_t tier_id) {
 
 Result<std::vector<std::pair<std::string, std::string>>> Cte::AddedTierSpecs(KvStore* kv) {
   std::vector<std::pair<std::string, std::string>> out;
-  std::string after;
-  while (true) {
-    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv->Scan(kTierSpecPrefix, after, kScanPage));
-    for (auto& [k, v] : page) out.emplace_back(k.substr(kTierSpecPrefix.size()), v);
-    if (page.size() < kScanPage) break;
-    after = page.back().first;
-  }
+  CLIO_RETURN_IF_ERROR(ForEachRecord(kv, kTierSpecPrefix, [&](std::string name, std::string_view v) {
+    out.emplace_back(std::move(name), std::string(v));
+    return Status::Ok();
+  }));
   return out;
 }
 
