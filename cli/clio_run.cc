@@ -22,6 +22,7 @@
 #include "fs/fs_pool.h"
 #include "placement/cte_pool.h"
 #include "storage/bdev_pool.h"
+#include "storage/safe/safe_pool.h"
 #include "storage/kv.h"
 
 namespace clio {
@@ -60,6 +61,7 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
   const uint32_t node_id = cfg.node_id;
   Runtime rt(std::move(cfg));
   rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
+  rt.RegisterModule("clio_safe_bdev", MakeSafeBdevModuleFactory());
   rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get(), node_id));
   rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get()));
   Status s = rt.Compose();

@@ -1,5 +1,5 @@
 // clioctl: the admin CLI: `tier stat`, `tier add`, `tier rm`, `tier lifespan get|set`,
-// `tier drain`, `tier undrain`.
+// `tier drain`, `tier undrain`; `array status|add|remove|recover` for safe-bdev arrays.
 // Exit codes: 0 ok, 1 operation failed, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -52,6 +52,31 @@ int main(int argc, char** argv) {
   auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node");
   rm->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
   rm->add_flag("--json", ctx.json, "print JSON");
+  auto* array = app.add_subcommand("array", "erasure-coded safe-bdev arrays (clio_safe_bdev pools)");
+  array->require_subcommand(1);
+  std::string array_name, member, pool, reason;
+  auto* astatus = array->add_subcommand("status", "members, their state and rebuild progress, spares, counters");
+  astatus->add_option("array", array_name, "the array's pool name (safe::array0) or id (310.0)")->required();
+  astatus->add_flag("--json", ctx.json, "print the pool's Monitor JSON");
+  auto* aadd = array->add_subcommand("add", "AddBdev: a clio_bdev pool becomes a spare (a failed member rebuilds onto it)");
+  aadd->add_option("array", array_name, "the array's pool name or id")->required();
+  aadd->add_option("pool", pool, "a clio_bdev pool composed before the array: id (305.0) or name")->required();
+  aadd->add_flag("--json", ctx.json, "print JSON");
+  auto* aremove = array->add_subcommand("remove", "RemoveBdev: take a member out of service (it counts as failed)");
+  aremove->add_option("array", array_name, "the array's pool name or id")->required();
+  aremove->add_option("member", member, "the member, as `array status` names it")->required();
+  aremove->add_option("reason", reason, "why, for the status and the log");
+  aremove->add_flag("--json", ctx.json, "print JSON");
+  auto* arecover = array->add_subcommand(
+      "recover", "RecoverBdev: rebuild a failed member onto POOL (a spare, a new pool, or its own once it works)");
+  arecover->add_option("array", array_name, "the array's pool name or id")->required();
+  arecover->add_option("member", member, "the failed member, as `array status` names it")->required();
+  arecover->add_option("pool", pool, "the replacement: a clio_bdev pool's id or name")->required();
+  arecover->add_flag("--json", ctx.json, "print JSON");
+  auto* averify = array->add_subcommand(
+      "verify", "scrub: read every stripe, check every chunk and the parity, repair what does not verify");
+  averify->add_option("array", array_name, "the array's pool name or id")->required();
+  averify->add_flag("--json", ctx.json, "print JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -82,5 +107,10 @@ int main(int argc, char** argv) {
   if (*undrain) return clio::TierDrain(ctx, tier_name, true);
   if (*add) return clio::TierAdd(ctx, add_args);
   if (*rm) return clio::TierRm(ctx, tier_name);
+  if (*astatus) return clio::ArrayStatus(ctx, array_name);
+  if (*aadd) return clio::ArrayOp(ctx, "add", array_name, {pool});
+  if (*aremove) return clio::ArrayOp(ctx, "remove", array_name, {member, reason});
+  if (*arecover) return clio::ArrayOp(ctx, "recover", array_name, {member, pool});
+  if (*averify) return clio::ArrayOp(ctx, "verify", array_name, {});
   return 2;
 }

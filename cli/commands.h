@@ -27,5 +27,11 @@ int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain);
 int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args);
 // `clioctl tier rm NAME` (a drained, empty tier): cli/tier_rm.cc
 int TierRm(const CommandContext& ctx, const std::string& name);
+// `clioctl array status ARRAY`: a safe-bdev's members, spares and counters: cli/array_status.cc
+int ArrayStatus(const CommandContext& ctx, const std::string& array);
+// `clioctl array add ARRAY POOL` / `remove ARRAY MEMBER [REASON]` / `recover ARRAY MEMBER POOL`
+// / `verify ARRAY`: cli/array_ops.cc (`op` is add, remove, recover or verify; `args` as listed).
+int ArrayOp(const CommandContext& ctx, const std::string& op, const std::string& array,
+            const std::vector<std::string>& args);
 
 }  // namespace clio

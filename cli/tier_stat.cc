@@ -31,17 +31,20 @@ int TierStat(const CommandContext& ctx) {
                      {"score", t.score},
                      {"persistence", PersistenceName(t.stats.persistence)},
                      {"backend", t.stats.backend},
-                     {"lifetime_days", t.stats.lifetime_days}});
+                     {"lifetime_days", t.stats.lifetime_days},
+                     {"health", t.stats.health}});
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%-40s %-6s %12s %12s %12s %6s %-10s\n", "NAME", "TYPE", "CAPACITY", "USED", "REMAINING",
-              "SCORE", "PERSISTENCE");
+  std::printf("%-40s %-6s %12s %12s %12s %6s %-11s %s\n", "NAME", "TYPE", "CAPACITY", "USED", "REMAINING",
+              "SCORE", "PERSISTENCE", "HEALTH");
+  // HEALTH: what a redundant tier (safe-bdev) reports, e.g. which member failed; "-" otherwise.
   for (const TierInfo& t : *tiers)
-    std::printf("%-40s %-6s %12s %12s %12s %6.2f %-10s\n", t.name.c_str(),
+    std::printf("%-40s %-6s %12s %12s %12s %6.2f %-11s %s\n", t.name.c_str(),
                 std::string(BdevTypeName(t.stats.type)).c_str(), FormatSize(t.stats.capacity).c_str(),
                 FormatSize(t.stats.used).c_str(), FormatSize(t.stats.remaining).c_str(), t.score,
-                std::string(PersistenceName(t.stats.persistence)).c_str());
+                std::string(PersistenceName(t.stats.persistence)).c_str(),
+                t.stats.health.empty() ? "-" : t.stats.health.c_str());
   return 0;
 }
 

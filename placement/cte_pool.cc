@@ -339,7 +339,7 @@ std::string EncodeTierList(const std::vector<TierInfo>& tiers) {
     e.PutBytes(t.name).Put<uint64_t>(t.tier_id).Put<double>(t.score);
     e.Put<uint8_t>(static_cast<uint8_t>(t.stats.type)).Put<uint8_t>(static_cast<uint8_t>(t.stats.persistence));
     e.Put<uint64_t>(t.stats.capacity).Put<uint64_t>(t.stats.remaining).Put<uint64_t>(t.stats.used);
-    e.Put<double>(t.stats.lifetime_days).PutBytes(t.stats.backend);
+    e.Put<double>(t.stats.lifetime_days).PutBytes(t.stats.backend).PutBytes(t.stats.health);
   }
   return e.Take();
 }
@@ -400,6 +400,7 @@ Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {
     d.Get(&t.stats.used);
     d.Get(&t.stats.lifetime_days);
     d.GetString(&t.stats.backend);
+    d.GetString(&t.stats.health);
     if (type > static_cast<uint8_t>(kLastBdevType) || pers > 2) return Corruption("tier list: bad enum");
     t.stats.type = static_cast<BdevType>(type);
     t.stats.persistence = static_cast<Persistence>(pers);

@@ -109,6 +109,9 @@ struct BdevStats {
   uint64_t committed = 0;
   double lifetime_days = 999999;  // 999999 = healthy
   PerfMetrics perf;
+  // Redundant devices (safe-bdev): "ok", or what is degraded, failed or rebuilding and by
+  // which member. Empty for a plain device.
+  std::string health;
   std::string backend;     // "io_uring", "libaio", "posix_aio", "posix", "shm", "hip-device",
                            // "hip-pinned", "host", "noop"; with "+fault" in fault mode
 };

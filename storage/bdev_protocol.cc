@@ -49,7 +49,7 @@ std::string EncodeBdevStats(const BdevStats& s) {
   e.Put<double>(s.perf.read_bandwidth_mbps).Put<double>(s.perf.write_bandwidth_mbps);
   e.Put<double>(s.perf.read_latency_us).Put<double>(s.perf.write_latency_us);
   e.Put<double>(s.perf.iops);
-  e.PutBytes(s.backend);
+  e.PutBytes(s.backend).PutBytes(s.health);
   return e.Take();
 }
 
@@ -70,6 +70,7 @@ Result<BdevStats> DecodeBdevStats(std::string_view bytes) {
   d.Get(&s.perf.write_latency_us);
   d.Get(&s.perf.iops);
   d.GetString(&s.backend);
+  d.GetString(&s.health);
   CLIO_RETURN_IF_ERROR(d.Finish("bdev stats"));
   if (type > static_cast<uint8_t>(kLastBdevType) ||
       persistence > static_cast<uint8_t>(Persistence::kLongTerm))

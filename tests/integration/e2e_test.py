@@ -31,7 +31,7 @@ MiB = 1024 * 1024
 CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
 SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
-             "s3_kill9", "full_disk", "tier_ops", "attached_pool")
+             "s3_kill9", "full_disk", "tier_ops", "attached_pool", "safe_bdev")
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
@@ -1327,6 +1327,137 @@ def scenario_attached_pool(env):
     _expect_config_refused(env, conf, [conf, f":{bad_line}:", "existing_pool_id", "no pool 309.0"],
                            "a storage entry attached to a missing pool")
 
+# A safe-bdev (3 data + 1 parity file members) as the tier behind a small RAM tier.
+SAFE_MEMBER = """\
+  - mod_name: clio_bdev
+    pool_name: "${{CLIO_STATE_DIR}}/m{i}.dat"
+    pool_id: "30{j}.0"
+    bdev_type: file
+    capacity: "64MB"
+    growth_unit: "16MB"
+"""
+SAFE_CONFIG = """\
+runtime:
+  state_dir: "{T}/state"
+  socket_path: "{T}/clio.sock"
+metadata:
+  path: "${{CLIO_STATE_DIR}}/metadata"
+  commit_interval_ms: 500
+compose:
+{members}  - mod_name: clio_safe_bdev
+    pool_name: "safe::array0"
+    pool_id: "310.0"
+    members: ["301.0", "302.0", "303.0", "304.0"]
+    max_failures: 1
+    chunk_size: "64KB"
+    alloc_log: "${{CLIO_STATE_DIR}}/safe0.alloc_log"
+    rebuild_bandwidth: "64MB"
+  - mod_name: clio_cte_core
+    pool_name: clio_cte_core
+    pool_id: "512.0"
+    flush_interval_ms: 500
+    storage:
+      - path: "ram::{ram_name}"
+        bdev_type: ram
+        capacity_limit: "16MB"
+        score: 1.0
+      - existing_pool_id: "310.0"
+        existing_pool_module: clio_safe_bdev
+        score: 0.2
+  - mod_name: clio_fs
+    pool_name: clio_fs
+    pool_id: "600.0"
+    cte_pool: clio_cte_core
+"""
+
+
+def scenario_safe_bdev(env):
+    """A CTE tier attached to a safe-bdev of four file members (3 + 1) under the mount: one
+    member file fails while files are written and read; nothing is lost, tier stat and
+    `clioctl array status` name the failed member, the array stays degraded across a kill -9,
+    and `clioctl array recover` rebuilds the member once its device works again."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    os.makedirs(env.state, exist_ok=True)
+    members = "".join(SAFE_MEMBER.format(i=i, j=i + 1) for i in range(4))
+    env.write_config(SAFE_CONFIG.format(T=env.T, ram_name=env.ram_name, members=members))
+    env.start_runtime()
+    env.mount()
+    m1 = os.path.join(env.state, "m1.dat")
+
+    def array_status():
+        cp = run_cmd([env.clioctl, "array", "status", "safe::array0", "--json"], env=env.env())
+        check(cp.returncode == 0, "clioctl array status\n" + describe(cp))
+        return json.loads(_text(cp.stdout))
+
+    def safe_tier():
+        tiers = [t for t in env.tier_stat() if t["name"] == "safe::array0"]
+        check(len(tiers) == 1, "the safe-bdev tier is not listed by tier stat")
+        return tiers[0]
+
+    files = {}
+
+    def write(prefix, count, size):
+        for i in range(count):
+            rel = f"{prefix}{i}.bin"
+            files[rel] = os.urandom(size + i * 4099)
+            with open(os.path.join(env.mnt, rel), "wb") as f:
+                f.write(files[rel])
+                f.flush()
+                os.fsync(f.fileno())
+
+    def check_all(when):
+        for rel, data in files.items():
+            check_exact(os.path.join(env.mnt, rel), data, when)
+
+    write("a", 10, 3 * MiB)  # 30 MiB: more than the RAM tier holds
+    check(safe_tier()["health"] == "ok", f"a healthy array: {safe_tier()}")
+    check(safe_tier()["used"] > 0, "nothing reached the array")
+
+    with open(m1 + ".fail", "w") as f:
+        f.write("test: member m1 fails\n")
+    write("b", 6, 2 * MiB)
+    check_all("with member m1 failed")
+    health = safe_tier()["health"]
+    check(health.startswith("degraded") and m1 in health, f"tier stat health does not name m1: {health!r}")
+    st = array_status()
+    check(st["members"][1]["name"] == m1 and st["members"][1]["state"] == "failed",
+          f"array status does not show m1 failed: {st['members']}")
+    cp = run_cmd([env.clioctl, "array", "status", "safe::array0"], env=env.env())
+    check(cp.returncode == 0 and "failed" in _text(cp.stdout) and m1 in _text(cp.stdout),
+          "the array status table\n" + describe(cp))
+
+    env.crash()
+    env.start_runtime()
+    env.mount()
+    check_all("after kill -9 with m1 failed")
+    # The RAM tier started empty: those reads came from the array, a third of them rebuilt.
+    check(array_status()["reconstructed_reads"] > 0, "no read was served by reconstruction")
+    write("c", 3, 1 * MiB)
+    check(array_status()["members"][1]["state"] == "failed", "m1 came back as working after the restart")
+
+    # The device works again: rebuild it in place while files are read.
+    os.remove(m1 + ".fail")
+    cp = run_cmd([env.clioctl, "array", "recover", "safe::array0", m1, "302.0"], env=env.env())
+    check(cp.returncode == 0, "clioctl array recover\n" + describe(cp))
+    check_all("during the rebuild")
+    wait_until(lambda: not array_status()["rebuilding"], "the rebuild of m1", timeout=300, interval=0.2)
+    st = array_status()
+    check(not st["degraded"] and st["members"][1]["state"] == "ok" and st["rebuilds_done"] == 1,
+          f"after the rebuild: {st}")
+    check(safe_tier()["health"] == "ok", f"tier stat after the rebuild: {safe_tier()}")
+    cp = run_cmd([env.clioctl, "array", "verify", "safe::array0", "--json"], env=env.env())
+    check(cp.returncode == 0 and json.loads(_text(cp.stdout))["bad_stripes"] == 0,
+          "a scrub after the rebuild\n" + describe(cp))
+    cp = run_cmd([env.clioctl, "array", "recover", "safe::array0", "/no/such/member", "302.0"], env=env.env())
+    check(cp.returncode == 2 and "no member" in _text(cp.stderr), "recover of an unknown member\n" + describe(cp))
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    env.mount()
+    check_all("after a clean restart")
+    env.unmount()
+    env.stop_runtime()
+
 
 def _expect_config_refused(env, conf, needles, what):
     cp = run_cmd([env.clio_run, "start"], env=env.env(conf=conf))
@@ -1437,6 +1568,7 @@ SCENARIO_FUNCS = {
     "full_disk": scenario_full_disk,
     "tier_ops": scenario_tier_ops,
     "attached_pool": scenario_attached_pool,
+    "safe_bdev": scenario_safe_bdev,
 }
 
 

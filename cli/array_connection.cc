@@ -1,0 +1,38 @@
+#include "cli/array_connection.h"
+
+#include "common/codec.h"
+#include "daemon/config.h"
+#include "storage/bdev_protocol.h"
+
+namespace clio {
+
+Result<ArrayConnection> ArrayConnection::Open(const CommandContext& ctx, const std::string& array) {
+  RuntimeClient::Options o;
+  o.socket_path = ctx.socket_path;
+  ArrayConnection c;
+  c.name = array;
+  CLIO_ASSIGN_OR_RETURN(c.client, RuntimeClient::Connect(o));
+  if (auto id = ParsePoolId(array); id.ok()) {
+    c.pool = id->first;
+  } else {
+    Encoder find;
+    find.PutBytes(array);
+    auto pool = c.client->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+    if (!pool.ok()) return pool.status().WithContext("no pool '" + array + "'");
+    Decoder d(*pool);
+    if (!d.Get(&c.pool)) return Internal("bad FindPool reply from the runtime");
+  }
+  // Only a safe-bdev answers with its members.
+  CLIO_ASSIGN_OR_RETURN(std::string json, c.Monitor());
+  if (json.find("\"members\"") == std::string::npos)
+    return InvalidArgument("pool '" + array + "' is not a clio_safe_bdev array");
+  return c;
+}
+
+Result<std::string> ArrayConnection::Monitor() {
+  Encoder q;
+  q.PutBytes("stats");
+  return client->Call(pool, static_cast<uint32_t>(BdevMethod::kMonitor), q.buffer());
+}
+
+}  // namespace clio
