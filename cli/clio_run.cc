@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/ipc.h"
+#include "daemon/service_notify.h"
 #include "daemon/runtime.h"
 #include "fs/fs_pool.h"
 #include "placement/cte_pool.h"
@@ -71,15 +72,18 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
     (void)(*kv)->Close();
     return s.code() == Code::kConfigError ? 2 : 1;
   }
+  const std::string socket_path = rt.config().socket_path;
   s = rt.Serve([&] {
     std::ofstream(pidfile) << getpid() << "\n";
     report("");
+    NotifyReady("serving on " + socket_path);
   });
   if (!s.ok()) {
     CLIO_LOG_ERROR("{}", s.ToString());
     report(s.ToString());
   }
   CLIO_LOG_INFO("stopping: flushing volatile tiers and committing metadata");
+  NotifyStopping("stopping: flushing volatile tiers and committing metadata");
   Status stop = rt.StopPools();
   Status close = (*kv)->Close();
   ::unlink(pidfile.c_str());

@@ -134,6 +134,9 @@ Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s) {
 std::string_view DefaultConfigYaml() { return kDefaultConfigYaml; }
 
 std::string DefaultStateDir() {
+  // systemd's StateDirectory=clio (the packaged unit runs the runtime as user clio).
+  if (const char* s = std::getenv("STATE_DIRECTORY"); s && *s && std::string(s).find(':') == std::string::npos)
+    return s;
   if (geteuid() == 0) return "/var/lib/clio";
   if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/clio";
   return HomeDir() + "/.local/state/clio";

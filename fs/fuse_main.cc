@@ -28,6 +28,7 @@
 #include "common/thread_annotations.h"
 #include "daemon/config.h"
 #include "daemon/ipc.h"
+#include "daemon/service_notify.h"
 #include "fs/errno_map.h"
 #include "fs/fs_protocol.h"
 
@@ -908,6 +909,7 @@ int Main(int argc, char** argv) {
     } else {
       if (foreground) std::fprintf(stderr, "clio-fuse: mounted on %s\n", real);
       fuse_daemonize(foreground ? 1 : 0);
+      NotifyReady(std::string("mounted on ") + real);
       fuse_loop_config lc{};
       lc.clone_fd = 0;
       lc.max_idle_threads = 16;
