@@ -14,6 +14,8 @@ PACKAGES=(
   libisal-dev
   # tests
   doctest-dev python3 attr python3-botocore
+  # the Debian package (CPack with dpkg-shlibdeps) and its checks
+  dpkg-dev file lintian
   # benchmarks (bench/fsbench: fio, and bindfs as the FUSE passthrough reference)
   libbenchmark-dev fio bindfs
   # GPU runtime for the hbm and pinned tiers (CMake option CLIO_WITH_HIP, on by default)

@@ -9,7 +9,8 @@ bash scripts/install-deps.sh
 bash scripts/build.sh release
 bin=$PWD/build-release
 if [[ $(id -u) -eq 0 ]]; then
-  cmake --install build-release --prefix /usr/local >/dev/null
+  # The binaries and share/clio only: /etc/clio, the units and man pages are the package's.
+  cmake --install build-release --prefix /usr/local --component Unspecified >/dev/null
   # mount(8) looks for its helpers in /sbin: `mount -t fuse.clio` and /etc/fstab need these.
   for n in mount.clio mount.fuse.clio; do ln -sf /usr/local/bin/clio-fuse "/usr/sbin/$n"; done
   bin_run=/usr/local/bin/clio_run; bin_fuse=/usr/local/bin/clio-fuse; bin_ctl=/usr/local/bin/clioctl

@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh test
+# The Debian package, which the package test checks (lintian, contents, running it).
+bash scripts/package.sh
 cd build-test
 ctest --output-on-failure -j2 --timeout 900
