@@ -4,12 +4,7 @@
 # tmpfiles.d entries, a man page per program, docs in /usr/share/doc/clio.
 include(GNUInstallDirs)
 
-# mount(8) runs /usr/sbin/mount.fuse.clio (and mount.clio): links to clio-fuse.
-foreach(helper mount.fuse.clio mount.clio)
-  install(CODE "file(MAKE_DIRECTORY \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/sbin\")
-    file(CREATE_LINK ../bin/clio-fuse \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/sbin/${helper}\" SYMBOLIC)"
-    COMPONENT package)
-endforeach()
+# The mount helpers (/usr/sbin/mount.fuse.clio, mount.clio) are installed by fs/CMakeLists.txt.
 install(FILES etc/clio.yaml DESTINATION /etc/clio PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
         COMPONENT package)
 install(FILES etc/systemd/clio-runtime.service etc/systemd/clio-fuse@.service DESTINATION /lib/systemd/system COMPONENT package)

@@ -133,11 +133,15 @@ Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s) {
 
 std::string_view DefaultConfigYaml() { return kDefaultConfigYaml; }
 
-std::string DefaultStateDir() {
-  // systemd's StateDirectory=clio (the packaged unit runs the runtime as user clio).
-  if (const char* s = std::getenv("STATE_DIRECTORY"); s && *s && std::string(s).find(':') == std::string::npos)
-    return s;
-  if (geteuid() == 0) return "/var/lib/clio";
+std::string DefaultStateDir(const std::string& file) {
+  // systemd's StateDirectory=clio (the packaged unit runs the runtime as user clio); with
+  // several directories systemd joins them with ':', and the first is ours.
+  if (const char* s = std::getenv("STATE_DIRECTORY"); s && *s) {
+    const std::string dirs(s);
+    const std::string first = dirs.substr(0, dirs.find(':'));
+    if (!first.empty()) return first;
+  }
+  if (file == kSystemConfigFile || geteuid() == 0) return "/var/lib/clio";
   if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/clio";
   return HomeDir() + "/.local/state/clio";
 }
@@ -251,7 +255,7 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   ConfigReader rt(rt_node, file);
   CLIO_ASSIGN_OR_RETURN(cfg.state_dir, rt.String("state_dir", ""));
   if (cfg.state_dir.empty() || cfg.state_dir.find("${CLIO_STATE_DIR}") != std::string::npos)
-    cfg.state_dir = DefaultStateDir();
+    cfg.state_dir = DefaultStateDir(file);
   CLIO_RETURN_IF_ERROR(ExpandTree(root.get(), cfg.state_dir, file));
 
   CLIO_ASSIGN_OR_RETURN(cfg.socket_path, rt.String("socket_path", ""));
@@ -316,7 +320,7 @@ Result<RuntimeConfig> LoadRuntimeConfig() {
   if (const char* c = std::getenv("CLIO_CONF"); c && *c) return LoadRuntimeConfigFile(c);
   std::string user = HomeDir() + "/.clio/clio.yaml";
   if (access(user.c_str(), F_OK) == 0) return LoadRuntimeConfigFile(user);
-  if (access("/etc/clio/clio.yaml", F_OK) == 0) return LoadRuntimeConfigFile("/etc/clio/clio.yaml");
+  if (access(kSystemConfigFile, F_OK) == 0) return LoadRuntimeConfigFile(kSystemConfigFile);
   return ParseRuntimeConfig(DefaultConfigYaml(), "(built-in defaults)");
 }
 

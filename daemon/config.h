@@ -87,8 +87,14 @@ Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s);
 // The compiled-in default config text.
 std::string_view DefaultConfigYaml();
 
-// Default state directory: /var/lib/clio for root, else $XDG_STATE_HOME/clio or
-// ~/.local/state/clio.
-std::string DefaultStateDir();
+// Where /etc/clio/clio.yaml lives: the node's system-wide config (the package's conffile).
+inline constexpr const char* kSystemConfigFile = "/etc/clio/clio.yaml";
+
+// Default state directory of a config read from `file` that leaves runtime.state_dir empty:
+// $STATE_DIRECTORY (systemd's StateDirectory=; its first entry), else /var/lib/clio for the
+// system config or for root, else $XDG_STATE_HOME/clio or ~/.local/state/clio. So the
+// service (user clio) and every client of the system config (root or in group clio) meet at
+// one socket.
+std::string DefaultStateDir(const std::string& file = "");
 
 }  // namespace clio

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <unistd.h>
 
 #include "daemon/config.h"
 
@@ -91,4 +92,18 @@ TEST_CASE("CLIO_CONF selects the file") {
   REQUIRE(r.ok());
   CHECK(r->state_dir == "/tmp/from_conf");
   CHECK(r->file == tmpl);
+}
+
+TEST_CASE("an empty state_dir: $STATE_DIRECTORY, then /var/lib/clio for the system config") {
+  const std::string yaml = "runtime:\n  state_dir: \"\"\n";
+  setenv("STATE_DIRECTORY", "/srv/clio-state:/srv/other", 1);
+  auto cfg = ParseRuntimeConfig(yaml, "x.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->state_dir == "/srv/clio-state");  // systemd joins several with ':'
+  CHECK(cfg->socket_path == "/srv/clio-state/clio.sock");
+  unsetenv("STATE_DIRECTORY");
+  cfg = ParseRuntimeConfig(yaml, kSystemConfigFile);
+  REQUIRE(cfg.ok());
+  CHECK(cfg->state_dir == "/var/lib/clio");  // every user of the system config, not just root
+  CHECK(DefaultStateDir("x.yaml") == (geteuid() == 0 ? "/var/lib/clio" : DefaultStateDir("")));
 }

@@ -38,6 +38,11 @@ SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def find_deb(deb_dir):
     debs = sorted(glob.glob(os.path.join(deb_dir, "clio_*_amd64.deb")), key=os.path.getmtime)
     check(debs, f"no clio_*_amd64.deb in {deb_dir}: build it with scripts/package.sh")
+    # A package older than the binaries of its build would test yesterday's code.
+    newest = max(os.path.getmtime(os.path.join(deb_dir, p)) for p in ("cli/clio_run", "cli/clioctl", "fs/clio-fuse")
+                 if os.path.exists(os.path.join(deb_dir, p)))
+    check(os.path.getmtime(debs[-1]) >= newest,
+          f"{debs[-1]} is older than the binaries in {deb_dir}: rebuild it with scripts/package.sh")
     return debs[-1]
 
 
@@ -123,6 +128,7 @@ def run_package(root, T):
     env.update({"CLIO_CONF": os.path.join(root, "etc/clio/clio.yaml"), "STATE_DIRECTORY": state})
     bin_ = os.path.join(root, "usr/bin")
     started = mounted = False
+    problems = []
     try:
         cp = run_cmd([os.path.join(bin_, "clio_run"), "start"], env=env)
         check(cp.returncode == 0, "the packaged clio_run did not start on the packaged config\n" + describe(cp))
@@ -143,11 +149,20 @@ def run_package(root, T):
         with open(os.path.join(mnt, "from-the-package"), "rb") as f:
             check(f.read() == data, "a file written through the packaged mount reads back other bytes")
     finally:
-        if mounted:
-            run_cmd(["fusermount3", "-u", mnt])
+        # Never leave a mount or a daemon behind, and never hide the first failure.
+        if mounted and run_cmd(["fusermount3", "-u", mnt]).returncode != 0:
+            problems.append("fusermount3 -u of the packaged mount failed")
+            run_cmd(["fusermount3", "-uz", mnt])
         if started:
             cp = run_cmd([os.path.join(bin_, "clio_run"), "stop"], env=env)
-            check(cp.returncode == 0, "clio_run stop\n" + describe(cp))
+            if cp.returncode != 0:
+                problems.append("clio_run stop\n" + describe(cp))
+                try:
+                    with open(os.path.join(state, "clio_run.pid")) as f:
+                        os.kill(int(f.read().strip()), 9)
+                except (OSError, ValueError):
+                    pass
+    check(not problems, "\n".join(problems))
     log("the unpacked package started, listed its tiers, mounted, and stopped cleanly")
 
 

@@ -71,8 +71,9 @@ def check_units(T, build):
     cp = run_cmd(["systemd-analyze", "verify", "--man=no", os.path.join(units, "clio-runtime.service"), instance])
     # verify fails on missing executables, but only warns of unknown keys and bad values (and
     # ignores them, as systemd would): any warning about these units is a failure here.
-    problems = [l for l in cp.stderr.splitlines()
-                if any(w in l for w in ("Unknown", "Failed", "ignoring", "not executable", "Invalid", "invalid"))]
+    problems = [l for l in cp.stderr.splitlines() if "clio" in l and
+                any(w in l for w in ("Unknown", "Failed", "ignoring", "not executable", "Invalid", "invalid"))]
+    check(cp.returncode == 0, "systemd-analyze verify failed\n" + describe(cp))
     check(cp.returncode == 0 and not problems, "systemd-analyze verify\n" + describe(cp))
     log("units verified")
 
@@ -103,7 +104,10 @@ def check_runtime_notify(env):
         p.send_signal(signal.SIGTERM)
         stopping = notify.next("STOPPING")
         check(stopping.get("STOPPING") == "1", f"after SIGTERM: {stopping}")
-        rc = p.wait(timeout=120)
+        try:
+            rc = p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("clio_run did not exit within 120 s of SIGTERM")
         check(rc == 0, f"clio_run exited with {rc} after SIGTERM (expected a clean stop)")
     finally:
         if p.poll() is None:
@@ -130,8 +134,13 @@ def check_fuse_notify(env):
         check(is_mounted(env.mnt), "READY=1 before the mount is there")
         with open(os.path.join(env.mnt, "hello"), "w") as f:
             f.write("hello")
-        run_cmd(["fusermount3", "-u", env.mnt])
-        check(p.wait(timeout=60) == 0, "clio-fuse did not exit cleanly after the unmount")
+        cp = run_cmd(["fusermount3", "-u", env.mnt])
+        check(cp.returncode == 0, "fusermount3 -u\n" + describe(cp))
+        try:
+            rc = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("clio-fuse did not exit within 60 s of the unmount")
+        check(rc == 0, f"clio-fuse exited with {rc} after the unmount")
     finally:
         if p.poll() is None:
             p.kill()
