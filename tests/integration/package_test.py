@@ -91,7 +91,8 @@ def check_contents(root):
         check(os.path.islink(link) and os.readlink(link) == "../bin/clio-fuse", f"{helper} is not a link to clio-fuse")
     for rel in ("lib/systemd/system/clio-runtime.service", "lib/systemd/system/clio-fuse@.service",
                 "usr/lib/sysusers.d/clio.conf", "usr/lib/tmpfiles.d/clio.conf",
-                "usr/share/doc/clio/copyright", "usr/share/doc/clio/changelog.Debian.gz"):
+                "usr/share/doc/clio/copyright", "usr/share/doc/clio/changelog.Debian.gz",
+                "usr/share/bash-completion/completions/clioctl", "usr/share/bash-completion/completions/clio_run"):
         check(os.path.isfile(os.path.join(root, rel)), f"{rel} is missing")
     for page in ("clio_run", "clioctl", "clio-fuse"):
         with gzip.open(os.path.join(root, f"usr/share/man/man8/{page}.8.gz"), "rt") as f:
