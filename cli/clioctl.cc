@@ -1,5 +1,5 @@
 // clioctl: the admin CLI: `tier stat`, `tier add`, `tier rm`, `tier lifespan get|set`,
-// `tier drain`, `tier undrain`; `array status|add|remove|recover` for safe-bdev arrays.
+// `tier drain`, `tier undrain`; `pool list`; `array status|add|remove|recover|verify` for safe-bdev arrays.
 // Exit codes: 0 ok, 1 operation failed, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -52,15 +52,19 @@ int main(int argc, char** argv) {
   auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node");
   rm->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
   rm->add_flag("--json", ctx.json, "print JSON");
+  auto* pool = app.add_subcommand("pool", "the runtime's pools (modules composed from the config)");
+  pool->require_subcommand(1);
+  auto* plist = pool->add_subcommand("list", "one row per pool, in compose order: id, name, module, state");
+  plist->add_flag("--json", ctx.json, "print JSON instead of a table");
   auto* array = app.add_subcommand("array", "erasure-coded safe-bdev arrays (clio_safe_bdev pools)");
   array->require_subcommand(1);
-  std::string array_name, member, pool, reason;
+  std::string array_name, member, pool_ref, reason;
   auto* astatus = array->add_subcommand("status", "members, their state and rebuild progress, spares, counters");
   astatus->add_option("array", array_name, "the array's pool name (safe::array0) or id (310.0)")->required();
   astatus->add_flag("--json", ctx.json, "print the pool's Monitor JSON");
   auto* aadd = array->add_subcommand("add", "AddBdev: a clio_bdev pool becomes a spare (a failed member rebuilds onto it)");
   aadd->add_option("array", array_name, "the array's pool name or id")->required();
-  aadd->add_option("pool", pool, "a clio_bdev pool composed before the array: id (305.0) or name")->required();
+  aadd->add_option("pool", pool_ref, "a clio_bdev pool composed before the array: id (305.0) or name")->required();
   aadd->add_flag("--json", ctx.json, "print JSON");
   auto* aremove = array->add_subcommand("remove", "RemoveBdev: take a member out of service (it counts as failed)");
   aremove->add_option("array", array_name, "the array's pool name or id")->required();
@@ -71,7 +75,7 @@ int main(int argc, char** argv) {
       "recover", "RecoverBdev: rebuild a failed member onto POOL (a spare, a new pool, or its own once it works)");
   arecover->add_option("array", array_name, "the array's pool name or id")->required();
   arecover->add_option("member", member, "the failed member, as `array status` names it")->required();
-  arecover->add_option("pool", pool, "the replacement: a clio_bdev pool's id or name")->required();
+  arecover->add_option("pool", pool_ref, "the replacement: a clio_bdev pool's id or name")->required();
   arecover->add_flag("--json", ctx.json, "print JSON");
   auto* averify = array->add_subcommand(
       "verify", "scrub: read every stripe, check every chunk and the parity, repair what does not verify");
@@ -107,10 +111,11 @@ int main(int argc, char** argv) {
   if (*undrain) return clio::TierDrain(ctx, tier_name, true);
   if (*add) return clio::TierAdd(ctx, add_args);
   if (*rm) return clio::TierRm(ctx, tier_name);
+  if (*plist) return clio::PoolList(ctx);
   if (*astatus) return clio::ArrayStatus(ctx, array_name);
-  if (*aadd) return clio::ArrayOp(ctx, "add", array_name, {pool});
+  if (*aadd) return clio::ArrayOp(ctx, "add", array_name, {pool_ref});
   if (*aremove) return clio::ArrayOp(ctx, "remove", array_name, {member, reason});
-  if (*arecover) return clio::ArrayOp(ctx, "recover", array_name, {member, pool});
+  if (*arecover) return clio::ArrayOp(ctx, "recover", array_name, {member, pool_ref});
   if (*averify) return clio::ArrayOp(ctx, "verify", array_name, {});
   return 2;
 }

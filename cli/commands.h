@@ -27,6 +27,8 @@ int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain);
 int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args);
 // `clioctl tier rm NAME` (a drained, empty tier): cli/tier_rm.cc
 int TierRm(const CommandContext& ctx, const std::string& name);
+// `clioctl pool list`: every pool of the runtime, in compose order: cli/pool_list.cc
+int PoolList(const CommandContext& ctx);
 // `clioctl array status ARRAY`: a safe-bdev's members, spares and counters: cli/array_status.cc
 int ArrayStatus(const CommandContext& ctx, const std::string& array);
 // `clioctl array add ARRAY POOL` / `remove ARRAY MEMBER [REASON]` / `recover ARRAY MEMBER POOL`

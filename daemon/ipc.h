@@ -55,6 +55,7 @@ enum class AdminMethod : uint32_t {
   kStatus = 2,    // -> string (human text)
   kStop = 3,      // graceful stop; replies before stopping
   kFindPool = 4,  // string name -> u32 pool major
+  kListPools = 5, // -> u32 n, then per pool in compose order: u32 major, string name, module, describe
 };
 
 // A blocking client of the runtime: a small pool of connections, safe to call from many

@@ -265,6 +265,12 @@ Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view paylo
       out.Put<uint32_t>(p->id());
       return out.Take();
     }
+    case AdminMethod::kListPools: {
+      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("ListPools"));
+      out.Put<uint32_t>(static_cast<uint32_t>(pools_.size()));
+      for (const auto& p : pools_) out.Put<uint32_t>(p->id()).PutBytes(p->name()).PutBytes(p->module_name()).PutBytes(p->Describe());
+      return out.Take();
+    }
   }
   return Status(Code::kNotSupported, "unknown admin method " + std::to_string(method));
 }

@@ -41,7 +41,8 @@ def main():
     try:
         env.write_config()
         cases = [
-            (["clioctl", ""], ["tier", "array"]),
+            (["clioctl", ""], ["tier", "pool", "array"]),
+            (["clioctl", "pool", ""], ["list"]),
             (["clioctl", "ti"], ["tier"]),
             (["clioctl", "--json", "tier", ""], ["stat", "lifespan", "drain", "undrain", "add", "rm"]),
             (["clioctl", "tier", "lifespan", ""], ["get", "set"]),

@@ -1292,6 +1292,15 @@ def scenario_attached_pool(env):
             os.fsync(f.fileno())
     array = os.path.join(env.state, "array.dat")
     spare = os.path.join(env.state, "spare.dat")
+    # clioctl pool list: every pool, in compose order, with its module.
+    cp = run_cmd([env.clioctl, "pool", "list", "--json"], env=env.env())
+    check(cp.returncode == 0, "clioctl pool list\n" + describe(cp))
+    pools = [(p["id"], p["name"], p["module"]) for p in json.loads(_text(cp.stdout))]
+    check(pools == [(301, array, "clio_bdev"), (302, spare, "clio_bdev"), (512, "clio_cte_core", "clio_cte_core"),
+                    (600, "clio_fs", "clio_fs")], f"pool list: {pools}")
+    cp = run_cmd([env.clioctl, "pool", "list"], env=env.env())
+    check(cp.returncode == 0 and "clio_cte_core" in _text(cp.stdout) and array in _text(cp.stdout),
+          "the pool list table\n" + describe(cp))
     tiers = {t["name"]: t for t in env.tier_stat()}
     check(array in tiers and tiers[array]["used"] >= sum(len(d) for d in files.values()),
           f"the attached pool's device does not hold the fsynced files: {tiers}")
@@ -1319,6 +1328,8 @@ def scenario_attached_pool(env):
         check_exact(os.path.join(env.mnt, rel), data, "after the spare left")
     env.unmount()
     env.stop_runtime()
+    cp = run_cmd([env.clioctl, "pool", "list"], env=env.env())
+    check(cp.returncode == 1 and "clioctl:" in _text(cp.stderr), "pool list with the runtime down\n" + describe(cp))
     bad = ATTACHED_CONFIG.format(T=env.T, ram_name=env.ram_name).replace('existing_pool_id: "301.0"',
                                                                           'existing_pool_id: "309.0"')
     conf = env.write_config(bad, os.path.join(env.T, "bad_attach.yaml"))
