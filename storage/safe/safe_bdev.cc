@@ -107,14 +107,14 @@ std::vector<uint32_t> SafeBdevImpl::DataCrcs(StripeBuf& b) const {
   return crcs;
 }
 
-void SafeBdevImpl::BuildImage(const SafeLayout& l, uint64_t stripe, uint32_t pos, StripeBuf& b,
+void SafeBdevImpl::BuildImage(uint64_t stripe, uint32_t pos, StripeBuf& b,
                               const std::vector<uint32_t>& data_crcs, uint64_t incarnation,
                               std::string* image) const {
   image->resize(g_.slot);
-  BuildImage(l, stripe, pos, b, data_crcs, incarnation, image->data());
+  BuildImage(stripe, pos, b, data_crcs, incarnation, image->data());
 }
 
-void SafeBdevImpl::BuildImage(const SafeLayout&, uint64_t stripe, uint32_t pos, StripeBuf& b,
+void SafeBdevImpl::BuildImage(uint64_t stripe, uint32_t pos, StripeBuf& b,
                               const std::vector<uint32_t>& data_crcs, uint64_t incarnation, char* out) const {
   std::memcpy(out, Chunk(b, pos), g_.chunk);
   ChunkTrailer t;
@@ -191,7 +191,7 @@ Status SafeBdevImpl::LoadStripe(const SafeLayout& l, uint64_t stripe, const std:
     DevicePtr dev = ReadDevice(l, slot, stripe);
     if (!dev) continue;
     std::string image;
-    BuildImage(l, stripe, p, b, crcs, dev->incarnation, &image);
+    BuildImage(stripe, p, b, crcs, dev->incarnation, &image);
     Status s = DeviceWrite(*dev, stripe, image);
     if (!s.ok()) {
       FailDevice(slot, dev, s);
@@ -322,13 +322,13 @@ Status SafeBdevImpl::UpdateStripes(uint64_t first, uint64_t last, uint64_t offse
       if (!st.failed && st.member && st.member->bdev) {
         devices[2 * slot] = st.member;
         planned[2 * slot * count + i] = 1;
-        BuildImage(*l, stripe, p, b, crcs, st.member->incarnation, image_at(2 * slot, i));
+        BuildImage(stripe, p, b, crcs, st.member->incarnation, image_at(2 * slot, i));
         entries.push_back({stripe, st.member->incarnation, slot, {image_at(2 * slot, i), g_.slot}});
       }
       if (st.target && st.target->bdev) {
         devices[2 * slot + 1] = st.target;
         planned[(2 * slot + 1) * count + i] = 1;
-        BuildImage(*l, stripe, p, b, crcs, st.target->incarnation, image_at(2 * slot + 1, i));
+        BuildImage(stripe, p, b, crcs, st.target->incarnation, image_at(2 * slot + 1, i));
         entries.push_back({stripe, st.target->incarnation, slot, {image_at(2 * slot + 1, i), g_.slot}});
       }
     }

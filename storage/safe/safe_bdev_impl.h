@@ -92,7 +92,7 @@ class SafeBdevImpl final : public BdevBase, public SafeArray {
   };
 
   SafeBdevImpl(BdevConfig config, SafeBdevConfig scfg, uint64_t array_id, Geometry g, bool persistent,
-               std::unique_ptr<AllocLog> log, SafeLayout layout, const Superblock& sb);
+               std::unique_ptr<AllocLog> log, SafeLayout layout);
   ~SafeBdevImpl() override;
 
   // Restores the allocator, replays the journal and starts the background thread.
@@ -160,13 +160,13 @@ class SafeBdevImpl final : public BdevBase, public SafeArray {
   Status DeviceWrite(const SafeDevice& d, uint64_t stripe, std::string_view image);
   Status DeviceRead(const SafeDevice& d, uint64_t stripe, char* out);
   Got ReadPosition(const SafeLayout& l, uint64_t stripe, uint32_t pos, StripeBuf& b);
-  // Reads positions `need` of `stripe` (reconstructing and repairing bad chunks). With
-  // `all_data`, every data position is wanted. Caller holds the stripe lock.
+  // Reads positions `need` of `stripe` into `b` (reconstructing and repairing bad chunks; a
+  // never-written stripe reads as zeros). Reuses `b`'s buffer. Caller holds the stripe lock.
   Status LoadStripe(const SafeLayout& l, uint64_t stripe, const std::vector<uint32_t>& need, StripeBuf& b);
-  void BuildImage(const SafeLayout& l, uint64_t stripe, uint32_t pos, StripeBuf& b,
+  void BuildImage(uint64_t stripe, uint32_t pos, StripeBuf& b,
                   const std::vector<uint32_t>& data_crcs, uint64_t incarnation, std::string* image) const;
   // The same into `out` (slot bytes).
-  void BuildImage(const SafeLayout& l, uint64_t stripe, uint32_t pos, StripeBuf& b,
+  void BuildImage(uint64_t stripe, uint32_t pos, StripeBuf& b,
                   const std::vector<uint32_t>& data_crcs, uint64_t incarnation, char* out) const;
   std::vector<uint32_t> DataCrcs(StripeBuf& b) const;
   // Updates stripes [first, last] with `data` starting at array byte `offset`.

@@ -25,7 +25,7 @@ MemberShape ShapeOf(Bdev* b) {
   return {s.capacity, b->config().alignment, s.persistence, s.type};
 }
 
-Status CheckShapes(const SafeBdevConfig& c, const std::vector<SafeMember>& all, MemberShape* shape) {
+Status CheckShapes(const std::vector<SafeMember>& all, MemberShape* shape) {
   std::set<std::string> names;
   std::set<uint64_t> ids;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -53,7 +53,6 @@ Status CheckShapes(const SafeBdevConfig& c, const std::vector<SafeMember>& all, 
                              std::string(PersistenceName(shape->persistence)) +
                              " (mixing volatile and persistent members)");
   }
-  (void)c;
   return Status::Ok();
 }
 
@@ -90,7 +89,7 @@ DevicePtr SafeBdevImpl::Attach(Bdev* bdev, const SbDevice& d) {
 }
 
 SafeBdevImpl::SafeBdevImpl(BdevConfig config, SafeBdevConfig scfg, uint64_t array_id, Geometry g, bool persistent,
-                           std::unique_ptr<AllocLog> log, SafeLayout layout, const Superblock& sb)
+                           std::unique_ptr<AllocLog> log, SafeLayout layout)
     : BdevBase(std::move(config), array_id, g.stripes * g.k * g.chunk, /*growable=*/false, log.get()),
       scfg_(std::move(scfg)),
       array_id_(array_id),
@@ -107,7 +106,6 @@ SafeBdevImpl::SafeBdevImpl(BdevConfig config, SafeBdevConfig scfg, uint64_t arra
   const uint64_t room = scfg_.journal_size > StripeJournal::kHeaderSize
                             ? (scfg_.journal_size - StripeJournal::kHeaderSize) / 2 : 0;
   max_batch_ = std::clamp<uint64_t>(per_stripe ? room / per_stripe : 1, 1, 16);
-  (void)sb;
 }
 
 SafeBdevImpl::~SafeBdevImpl() {
@@ -231,7 +229,7 @@ Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<S
   std::vector<SafeMember> all = members;
   all.insert(all.end(), spares.begin(), spares.end());
   MemberShape shape;
-  CLIO_RETURN_IF_ERROR(CheckShapes(c, all, &shape));
+  CLIO_RETURN_IF_ERROR(CheckShapes(all, &shape));
   const bool persistent = shape.persistence != Persistence::kVolatile;
   if (c.chunk_size == 0 || c.chunk_size % std::max<uint64_t>(512, shape.alignment) != 0)
     return InvalidArgument("chunk_size: " + std::to_string(c.chunk_size) + " is not a multiple of the members' "
@@ -400,7 +398,7 @@ Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<S
     if (!opened.ok()) return give_back(opened.status());
     log = std::move(opened).value();
   }
-  auto impl = std::make_unique<SafeBdevImpl>(bc, c, sb.array_id, g, persistent, std::move(log), std::move(layout), sb);
+  auto impl = std::make_unique<SafeBdevImpl>(bc, c, sb.array_id, g, persistent, std::move(log), std::move(layout));
   if (persistent) {
     // A new array's first superblock; for an existing one, what opening changed (new spares,
     // targets left out).

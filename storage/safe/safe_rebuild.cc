@@ -119,7 +119,7 @@ Status SafeBdevImpl::RebuildSlot(uint32_t slot, const DevicePtr& target) {
       } else if (b.blank) {
         image.assign(g_.slot, '\0');
       } else {
-        BuildImage(*l, stripe, pos, b, DataCrcs(b), target->incarnation, &image);
+        BuildImage(stripe, pos, b, DataCrcs(b), target->incarnation, &image);
       }
       Status s = DeviceWrite(*target, stripe, image);
       if (!s.ok()) {
@@ -386,7 +386,7 @@ Result<uint64_t> SafeBdevImpl::Verify() {
       if (!dev) continue;
       std::memcpy(Chunk(b, p), &parity[(p - g_.k) * g_.chunk], g_.chunk);
       std::string image;
-      BuildImage(*l, stripe, p, b, crcs, dev->incarnation, &image);
+      BuildImage(stripe, p, b, crcs, dev->incarnation, &image);
       Status s = DeviceWrite(*dev, stripe, image);
       if (!s.ok()) {
         FailDevice(SlotOf(stripe, p), dev, s);
