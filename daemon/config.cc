@@ -266,6 +266,11 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   CLIO_ASSIGN_OR_RETURN(uint64_t node_id, rt.UInt("node_id", 0));
   if (node_id > 65535) return rt.Error("node_id", "must be between 0 and 65535");
   cfg.node_id = static_cast<uint32_t>(node_id);
+  CLIO_ASSIGN_OR_RETURN(cfg.http_address, rt.String("http_address", "127.0.0.1"));
+  if (cfg.http_address.empty()) return rt.Error("http_address", "must not be empty (default 127.0.0.1)");
+  CLIO_ASSIGN_OR_RETURN(uint64_t http_port, rt.UInt("http_port", kDefaultHttpPort));
+  if (http_port > 65535) return rt.Error("http_port", "must be between 0 (no HTTP server) and 65535");
+  cfg.http_port = static_cast<uint32_t>(http_port);
   CLIO_RETURN_IF_ERROR(rt.Finish());
 
   ConfigReader md(top.Child("metadata"), file);

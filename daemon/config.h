@@ -61,6 +61,8 @@ struct ComposeEntry {
   const ConfigValue* node = nullptr;  // the whole entry, for the module's own keys
 };
 
+inline constexpr uint32_t kDefaultHttpPort = 8930;
+
 struct RuntimeConfig {
   std::string file;          // where it came from, or "(built-in defaults)"
   std::string state_dir;     // node state: metadata, file tiers
@@ -71,6 +73,9 @@ struct RuntimeConfig {
   // This node's number (runtime.node_id, 0..65535). Tier pool names end in "_node<N>", so
   // nodes that share a bucket (or, later, pool names) never share a tier.
   uint32_t node_id = 0;
+  // HTTP (/metrics; runtime.http_address, runtime.http_port). Port 0: no HTTP server.
+  std::string http_address = "127.0.0.1";
+  uint32_t http_port = kDefaultHttpPort;
   std::vector<ComposeEntry> compose;
   std::shared_ptr<ConfigValue> root;  // owns the tree ComposeEntry::node points into
 };

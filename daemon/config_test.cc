@@ -18,6 +18,8 @@ TEST_CASE("the built-in default config parses and composes CTE and filesystem") 
   CHECK(c->socket_path == c->state_dir + "/clio.sock");
   CHECK(c->metadata_path == c->state_dir + "/metadata");
   CHECK(c->commit_interval_ms == 2000);
+  CHECK(c->http_address == "127.0.0.1");  // loopback only unless configured
+  CHECK(c->http_port == kDefaultHttpPort);
 }
 
 TEST_CASE("state_dir and environment variables expand") {
@@ -39,6 +41,9 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  num_threads: 0\n", "num_threads: must be between"},
       {"runtime:\n  node_id: 65536\n", "t.yaml:2: runtime.node_id: must be between 0 and 65535"},
       {"runtime:\n  node_id: -1\n", "t.yaml:2: runtime.node_id"},
+      {"runtime:\n  http_port: 65536\n", "t.yaml:2: runtime.http_port: must be between 0 (no HTTP server) and 65535"},
+      {"runtime:\n  http_port: web\n", "t.yaml:2: runtime.http_port"},
+      {"runtime:\n  http_address: \"\"\n", "t.yaml:2: runtime.http_address: must not be empty"},
       {"metadata:\n  backend: sqlite\n", "unknown metadata backend 'sqlite'"},
       {"surprise: 1\n", "t.yaml:1: surprise: unknown key"},
       {"compose:\n  - mod_name: x\n    pool_name: a\n    pool_id: \"nope\"\n", "t.yaml:4: compose[0].pool_id: bad pool_id 'nope'"},

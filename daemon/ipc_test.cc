@@ -32,7 +32,7 @@ struct RuntimeFixture {
   RuntimeFixture() {
     char tmpl[] = "/tmp/clio_ipc_XXXXXX";
     dir = mkdtemp(tmpl);
-    auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\ncompose:\n  - mod_name: echo\n    pool_name: e\n    pool_id: \"7.0\"\n", "t");
+    auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: 0\ncompose:\n  - mod_name: echo\n    pool_name: e\n    pool_id: \"7.0\"\n", "t");
     REQUIRE(cfg.ok());
     rt = std::make_unique<Runtime>(std::move(cfg).value());
     rt->RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {

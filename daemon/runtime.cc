@@ -14,7 +14,9 @@
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "daemon/asio.h"
+#include "daemon/http.h"
 #include "daemon/ipc.h"
 
 namespace clio {
@@ -84,6 +86,7 @@ class Server {
   }
 
   void Stop() { ioc_.stop(); }
+  int64_t connections() const { return connections_.load(); }
 
   static std::vector<std::unique_ptr<asio::io_context>> MakeContexts(uint32_t n) {
     std::vector<std::unique_ptr<asio::io_context>> v;
@@ -107,6 +110,11 @@ class Server {
   }
 
   asio::awaitable<void> Session(LocalSocket sock) {
+    ++connections_;
+    struct Closed {
+      std::atomic<int64_t>& n;
+      ~Closed() { --n; }
+    } closed{connections_};
     boost::system::error_code ec;
     std::string payload;
     while (true) {
@@ -144,6 +152,7 @@ class Server {
   std::vector<std::unique_ptr<asio::io_context>> iocs_;  // one per worker thread
   asio::io_context& ioc_;  // iocs_[0]: the acceptor, signals and stop
   size_t next_ = 0;        // round robin over iocs_ (only the acceptor coroutine touches it)
+  std::atomic<int64_t> connections_{0};
   asio::local::stream_protocol::acceptor acceptor_;
   asio::signal_set signals_;
 };
@@ -187,10 +196,42 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
   server_ = std::make_unique<Server>(this, config_.socket_path, config_.num_threads);
   CLIO_RETURN_IF_ERROR(server_->Listen());
   CLIO_LOG_INFO("serving on {}", config_.socket_path);
+  // HTTP is for operators, not the data path: a port that cannot be bound is logged, and the
+  // runtime serves its clients without it.
+  http_state_ = "off (runtime.http_port is 0)";
+  if (config_.http_port != 0) {
+    http_ = std::make_unique<HttpServer>();
+    Status h = http_->Start(config_.http_address, config_.http_port);
+    if (h.ok()) {
+      http_state_ = "http://" + config_.http_address + ":" + std::to_string(http_->port()) + "/metrics";
+      CLIO_LOG_INFO("HTTP on {}", http_state_);
+    } else {
+      http_state_ = "not serving: " + h.message();
+      CLIO_LOG_ERROR("no HTTP server: {}", h.ToString());
+      http_.reset();
+    }
+  }
+  metrics::SamplerRegistration runtime_metrics([this] {
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::vector<metrics::Sample>{
+        {"clio_runtime_uptime_seconds", "Seconds since the runtime started", {},
+         static_cast<double>(now - start_time_)},
+        {"clio_runtime_pools", "Pools composed in the runtime", {}, static_cast<double>(pools_.size())},
+        {"clio_runtime_worker_threads", "Worker threads serving client requests", {},
+         static_cast<double>(config_.num_threads)},
+        {"clio_runtime_client_connections", "Client connections open now", {},
+         static_cast<double>(server_ ? server_->connections() : 0)}};
+  });
   server_->Run(on_ready);
+  runtime_metrics = metrics::SamplerRegistration();
+  if (http_) http_->Stop();
+  http_.reset();
   server_.reset();
   return Status::Ok();
 }
+
+uint32_t Runtime::http_port() const { return http_ ? http_->port() : 0; }
 
 void Runtime::RequestStop() {
   stop_requested_ = true;
@@ -246,7 +287,7 @@ Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view paylo
                         std::chrono::steady_clock::now().time_since_epoch()).count();
       std::string s = "runtime pid " + std::to_string(getpid()) + ", up " +
                       std::to_string(now - start_time_) + " s, config " + config_.file +
-                      "\nsocket " + config_.socket_path + "\nstate " + config_.state_dir + "\npools:\n";
+                      "\nsocket " + config_.socket_path + "\nstate " + config_.state_dir + "\nhttp " + http_state_ + "\npools:\n";
       for (const auto& p : pools_)
         s += "  " + std::to_string(p->id()) + "  " + p->name() + "  (" + p->module_name() + ") " +
              p->Describe() + "\n";

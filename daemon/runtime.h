@@ -15,6 +15,7 @@
 
 namespace clio {
 
+class HttpServer;
 class Server;
 
 class Runtime : public PoolRegistry {
@@ -39,6 +40,9 @@ class Runtime : public PoolRegistry {
   // Dispatches one request (called by the server on worker threads).
   Result<std::string> Dispatch(uint32_t pool, uint32_t method, std::string_view payload);
 
+  // The HTTP port actually serving (0 when off or when it could not bind).
+  uint32_t http_port() const;
+
   Pool* FindByName(std::string_view name) override;
   Pool* FindById(uint32_t id) override;
   std::vector<uint32_t> PoolIds() override;
@@ -53,6 +57,8 @@ class Runtime : public PoolRegistry {
   // lock while serving.
   std::vector<std::unique_ptr<Pool>> pools_;
   std::unique_ptr<Server> server_;
+  std::unique_ptr<HttpServer> http_;
+  std::string http_state_;  // for status: "http://127.0.0.1:8930", "off", or why not
   std::atomic<bool> stop_requested_{false};
   const int64_t start_time_;
 };

@@ -2,8 +2,12 @@
 
 #include <fcntl.h>
 
+#include <chrono>
+#include <cstring>
+
 #include "common/codec.h"
 #include "daemon/ipc.h"
+#include "fs/errno_map.h"
 #include "placement/cte_pool.h"
 #include "storage/kv.h"
 
@@ -33,6 +37,18 @@ Status FsPool::Stop() { return kv_->Sync(); }
 
 namespace {
 
+// Metric label of each FsMethod, by value; [0] is any unknown method.
+constexpr std::array<const char*, 26> kOpNames = {
+    "unknown",  "lookup",   "getattr",  "setattr",  "create",    "mkdir",      "symlink",
+    "readlink", "unlink",   "rmdir",    "rename",   "readdir",   "open",       "release",
+    "read",     "write",    "fsync",    "flush",    "statfs",    "link",       "mknod",
+    "setxattr", "getxattr", "listxattr", "removexattr", "fallocate"};
+static_assert(static_cast<size_t>(FsMethod::kFallocate) == kOpNames.size() - 1,
+              "kOpNames must name every FsMethod");
+
+constexpr const char* kOpsName = "clio_fs_operations_total";
+constexpr const char* kOpsHelp = "Filesystem requests by op and outcome (ok or the errno returned)";
+
 // FUSE asks for at most max_read (1 MiB) at a time; anything far larger is a broken client.
 constexpr uint32_t kMaxReadSize = 4u << 20;
 
@@ -50,7 +66,47 @@ Result<std::string> Empty(Status s) {
 
 }  // namespace
 
+FsPool::FsPool(std::unique_ptr<Namespace> ns, KvStore* kv) : ns_(std::move(ns)), kv_(kv) {
+  for (size_t i = 0; i < kOps; ++i) {
+    ok_[i] = metrics::GetCounter(kOpsName, kOpsHelp, {{"op", kOpNames[i]}, {"outcome", "ok"}});
+    latency_[i] = metrics::GetHistogram("clio_fs_operation_seconds",
+                                        "Time the runtime spent on filesystem requests, in seconds",
+                                        {{"op", kOpNames[i]}}, metrics::LatencyBuckets());
+  }
+  const char* bytes_help = "Bytes read and written through the filesystem";
+  read_bytes_ = metrics::GetCounter("clio_fs_bytes_total", bytes_help, {{"op", "read"}});
+  write_bytes_ = metrics::GetCounter("clio_fs_bytes_total", bytes_help, {{"op", "write"}});
+}
+
+metrics::Counter FsPool::ErrorCounter(size_t op, int err) {
+  MutexLock l(&mu_);
+  auto it = errors_.find({op, err});
+  if (it == errors_.end()) {
+    const char* name = strerrorname_np(err);
+    it = errors_.emplace(std::pair{op, err},
+                         metrics::GetCounter(kOpsName, kOpsHelp,
+                                             {{"op", kOpNames[op]},
+                                              {"outcome", name ? name : std::to_string(err)}}))
+             .first;
+  }
+  return it->second;
+}
+
 Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::string> r = Serve(method, payload);
+  const size_t op = method < kOps ? method : 0;
+  latency_[op].Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (r.ok()) {
+    ok_[op].Add();
+    if (method == static_cast<uint32_t>(FsMethod::kRead)) read_bytes_.Add(static_cast<double>(r->size()));
+  } else {
+    ErrorCounter(op, ToErrno(r.status())).Add();
+  }
+  return r;
+}
+
+Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
   Decoder d(payload);
   uint64_t ino = 0, parent = 0, new_parent = 0, offset = 0;
   uint32_t mode = 0, uid = 0, gid = 0, flags = 0, len = 0;
@@ -166,6 +222,7 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       d.Get(&ino); d.Get(&offset); d.GetBytes(&data);
       CLIO_RETURN_IF_ERROR(done("write"));
       CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(ino, offset, data));
+      write_bytes_.Add(static_cast<double>(written));
       Encoder e;
       e.Put<uint32_t>(static_cast<uint32_t>(written));
       return e.Take();

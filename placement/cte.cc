@@ -70,10 +70,12 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   });
   cte->flusher_ = std::thread([c = cte.get()] { c->FlusherLoop(); });
   if (config.reorganize) cte->reorganizer_ = std::thread([c = cte.get()] { c->ReorganizerLoop(); });
+  cte->sampler_ = metrics::SamplerRegistration([c = cte.get()] { return c->SampleMetrics(); });
   return cte;
 }
 
 Cte::~Cte() {
+  sampler_ = metrics::SamplerRegistration();
   (void)Stop();
   MutexLock l(&lifetime_->mu);  // waits for a running hook or deferred free
   lifetime_->open = false;
@@ -196,6 +198,7 @@ Status Cte::PutBlob(uint64_t tag, uint64_t blob, uint64_t offset, std::string_vi
         if (!dirty_bytes_.WaitForRoom((*tiers)[a.tier]->bdev->tier_id(), a.bytes, deadline)) {
           CLIO_LOG_WARN("tier '{}' stayed at its dirty limit for {} ms; placing the write on the next tier",
                         (*tiers)[a.tier]->name, dirty_wait_ms_);
+          (*tiers)[a.tier]->passed_dirty_limit.Add();
           skip[a.tier] = true;
         }
         break;
@@ -223,6 +226,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
     Tier& t = *tiers[ti];
     if (skip[ti]) continue;
     if (!Accepts(t)) {  // dying or draining: place elsewhere
+      t.passed_refused.Add();
       if (last.code() == Code::kNoSpace) last = NoSpace("no tier can take " + std::to_string(data.size()) +
                                                         " bytes; " + Refusal(t));
       continue;
@@ -240,6 +244,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
         if (t.is_volatile && !evicted[ti] && clean_lru_.Count(tid) > 0)
           return PutAttempt{PutStep::kEvict, Status::Ok(), ti, end - have};
         last = a.status();
+        t.passed_full.Add();
         continue;  // full: fall through to the next tier
       }
       added = std::move(a).value();
@@ -301,6 +306,8 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
     }
     if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
     NoteAccess(s, tag, blob);
+    t.placements.Add();
+    t.placed_bytes.Add(static_cast<double>(data.size()));
     return done(Status::Ok());
   }
   return done(last);

@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "placement/blob_index.h"
@@ -293,6 +294,10 @@ class Cte {
     std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here
     std::atomic<uint64_t> drained_bytes{0};
     std::atomic<uint64_t> drained_copies{0};
+    // Series labelled with this tier (placement/cte_metrics.cc).
+    metrics::Counter placements, placed_bytes;      // writes that landed here
+    metrics::Counter passed_full, passed_refused;   // writes that fell through to a later tier
+    metrics::Counter passed_dirty_limit;
   };
   // The tiers in placement order. Never changed once published: AddTier and RemoveTier
   // publish a new list.
@@ -327,7 +332,10 @@ class Cte {
         reorganize_budget_(c.reorganize_bandwidth * c.reorganize_interval_ms / 1000),
         reorganize_bandwidth_(c.reorganize_bandwidth),
         reorganize_threshold_(c.reorganize_threshold),
-        score_decay_(c.score_decay) {}
+        score_decay_(c.score_decay) {
+    InitMetrics();
+  }
+  void InitMetrics();
   // Counts a read or write of the blob for its score. A stripe tracks at most
   // kMaxTrackedPerStripe blobs between two reorganizer passes (which forget cold ones); an
   // untracked blob scores 0, like a cold one.
@@ -466,7 +474,8 @@ class Cte {
   // the reservations' lifespan check reads the tier list). tier_change_mu_ -> lifetime_->mu.
   // No lock is held while waiting for the dirty limit.
   Mutex dirty_mu_;
-  std::set<std::pair<uint64_t, uint64_t>> dirty_ GUARDED_BY(dirty_mu_);
+  // Dirty blobs, each with the time it became dirty (for the flush lag).
+  std::map<std::pair<uint64_t, uint64_t>, std::chrono::steady_clock::time_point> dirty_ GUARDED_BY(dirty_mu_);
   std::vector<std::pair<uint64_t, Status>> flush_errors_ GUARDED_BY(dirty_mu_);
   bool stopping_ GUARDED_BY(dirty_mu_) = false;
   bool kicked_ GUARDED_BY(dirty_mu_) = false;  // a writer wants a flush before the interval
@@ -486,6 +495,17 @@ class Cte {
     std::vector<Bdev*> persistent GUARDED_BY(mu);
   };
   std::shared_ptr<TierLifetime> lifetime_;  // set first thing in Open()
+
+  // Metrics (placement/cte_metrics.cc): placements, fall-throughs, moves, flushes and the flush
+  // lag, plus the write-back state sampled at each scrape. The sampler is registered last in
+  // Open() and removed first in ~Cte().
+  static void LabelTier(Tier& t);
+  std::vector<metrics::Sample> SampleMetrics();
+  // The dirty blobs of `*tag`, or all of them when tag is null.
+  std::vector<std::pair<uint64_t, uint64_t>> DirtyKeys(const uint64_t* tag) REQUIRES(dirty_mu_);
+  metrics::Counter flushes_, flushed_bytes_, promotions_, demotions_, moved_bytes_;
+  metrics::Histogram flush_lag_;
+  metrics::SamplerRegistration sampler_;
 };
 
 }  // namespace clio

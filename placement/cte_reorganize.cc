@@ -194,6 +194,9 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
   };
   for (const Candidate& c : up) move(c, true);
   for (const Candidate& c : down) move(c, false);
+  promotions_.Add(static_cast<double>(st.promoted));
+  demotions_.Add(static_cast<double>(st.demoted));
+  moved_bytes_.Add(static_cast<double>(st.moved_bytes));
   if (st.promoted + st.demoted > 0)
     CLIO_LOG_DEBUG("reorganizer: {} promoted, {} demoted, {} bytes moved, {} left for later", st.promoted,
                    st.demoted, st.moved_bytes, st.over_budget);

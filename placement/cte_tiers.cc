@@ -132,6 +132,7 @@ Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* 
   const BdevStats stats = bdev->GetStats();
   auto tier = std::make_shared<Tier>();
   tier->name = bc.name;
+  LabelTier(*tier);
   tier->perf = stats.perf;
   tier->score = tc.score ? *tc.score : PerfScore(stats.perf);
   tier->is_volatile = stats.persistence == Persistence::kVolatile;

@@ -14,7 +14,14 @@ namespace clio {
 
 void Cte::MarkDirty(uint64_t tag, uint64_t blob) {
   MutexLock d(&dirty_mu_);
-  dirty_.insert({tag, blob});
+  dirty_.emplace(std::pair{tag, blob}, std::chrono::steady_clock::now());  // keeps the first time
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> Cte::DirtyKeys(const uint64_t* tag) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  auto it = tag ? dirty_.lower_bound({*tag, 0}) : dirty_.begin();
+  for (; it != dirty_.end() && (!tag || it->first.first == *tag); ++it) out.push_back(it->first);
+  return out;
 }
 
 void Cte::KickFlusher() {
@@ -118,6 +125,8 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     dirty_bytes_.ReleaseBlob(tag, blob);
     reservations_->ReleaseBlob(tag, blob);
     if (kept_on != 0) clean_lru_.Touch(kept_on, tag, blob);
+    flushes_.Add();
+    flushed_bytes_.Add(static_cast<double>(size));
     return Status::Ok();
   }
   return last;
@@ -129,9 +138,13 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
   Status st = FlushBlobLocked(tag, blob);
   MutexLock d(&dirty_mu_);
   if (st.ok()) {
-    dirty_.erase({tag, blob});
+    auto it = dirty_.find({tag, blob});
+    if (it != dirty_.end()) {
+      flush_lag_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second).count());
+      dirty_.erase(it);
+    }
   } else {
-    dirty_.insert({tag, blob});
+    dirty_.emplace(std::pair{tag, blob}, std::chrono::steady_clock::now());
   }
   return st;
 }
@@ -177,8 +190,7 @@ Status Cte::FlushTag(uint64_t tag) {
   std::vector<std::pair<uint64_t, uint64_t>> blobs;
   {
     MutexLock d(&dirty_mu_);
-    for (auto it = dirty_.lower_bound({tag, 0}); it != dirty_.end() && it->first == tag; ++it)
-      blobs.push_back(*it);
+    blobs = DirtyKeys(&tag);
   }
   Status first = TakeFlushError(tag);
   for (Status& s : FlushMany(blobs))
@@ -190,7 +202,7 @@ Status Cte::TakeFlushError(uint64_t tag, bool* dirty) {
   MutexLock d(&dirty_mu_);
   if (dirty != nullptr) {
     auto first = dirty_.lower_bound({tag, 0});
-    *dirty = first != dirty_.end() && first->first == tag;
+    *dirty = first != dirty_.end() && first->first.first == tag;
   }
   for (auto it = flush_errors_.begin(); it != flush_errors_.end(); ++it) {
     if (it->first == tag) {
@@ -206,7 +218,7 @@ Status Cte::FlushAll() {
   std::vector<std::pair<uint64_t, uint64_t>> all;
   {
     MutexLock d(&dirty_mu_);
-    all.assign(dirty_.begin(), dirty_.end());
+    all = DirtyKeys(nullptr);
   }
   Status first;
   for (Status& s : FlushMany(all))
@@ -228,7 +240,7 @@ void Cte::FlusherLoop() {
       }
       if (stopping_) return;
       kicked_ = false;
-      batch.assign(dirty_.begin(), dirty_.end());
+      batch = DirtyKeys(nullptr);
     }
     (void)FlushMany(batch, /*background=*/true);  // failures are recorded as they happen
     flush_passes_.fetch_add(1);

@@ -10,6 +10,8 @@ PACKAGES=(
   libfuse3-dev fuse3 liburing-dev libaio-dev libyaml-cpp-dev librocksdb-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libssl-dev libxxhash-dev
   libsystemd-dev libpoco-dev
+  # metrics (the registry and text format; the runtime serves /metrics itself, with Poco)
+  prometheus-cpp-dev
   # erasure coding and CRC32C for the safe-bdev module
   libisal-dev
   # tests

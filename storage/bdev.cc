@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "storage/bdev_base.h"
+#include "storage/bdev_metrics.h"
 #include "storage/gpu.h"
 
 namespace clio {
@@ -100,8 +101,9 @@ PerfMetrics DefaultPerfMetrics(BdevType t) {
   return {};
 }
 
-Result<std::unique_ptr<Bdev>> Bdev::Open(const BdevConfig& config) {
-  if (config.name.empty()) return ConfigError("bdev: the pool name (device location) is empty");
+namespace {
+
+Result<std::unique_ptr<Bdev>> OpenTransport(const BdevConfig& config) {
   switch (config.type) {
     case BdevType::kFile: return OpenFileBdev(config);
     case BdevType::kRam: return OpenRamBdev(config);
@@ -112,6 +114,14 @@ Result<std::unique_ptr<Bdev>> Bdev::Open(const BdevConfig& config) {
     case BdevType::kGcs: return OpenObjectBdev(config);
   }
   return InvalidArgument("bdev: unknown type");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Bdev>> Bdev::Open(const BdevConfig& config) {
+  if (config.name.empty()) return ConfigError("bdev: the pool name (device location) is empty");
+  CLIO_ASSIGN_OR_RETURN(std::unique_ptr<Bdev> bdev, OpenTransport(config));
+  return Instrument(std::move(bdev));
 }
 
 }  // namespace clio

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "storage/io.h"
 
@@ -167,6 +168,12 @@ class Bdev {
   virtual const BdevConfig& config() const = 0;
   // ram only: the shared-memory segment's name, for clients that map it. Empty otherwise.
   virtual std::string shm_name() const { return {}; }
+  // State only the device can see (what a member array did, how far a rebuild is), sampled at
+  // each metrics scrape. Every device is already measured from outside (operations, bytes,
+  // latency, capacity: storage/bdev_metrics.h); override this only for the rest, and publish
+  // under a generic name (clio_bdev_medium_events_total, clio_bdev_medium_state) with the
+  // specifics in a label. The tier and type labels are added for you.
+  virtual std::vector<metrics::Sample> SampleMetrics() { return {}; }
   // pinned and hbm only: where the bytes live. NotSupported for the other types.
   virtual Result<GpuMemoryInfo> GpuMemory() const {
     return Status(Code::kNotSupported, "bdev '" + config().name + "' (" +

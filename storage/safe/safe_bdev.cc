@@ -441,4 +441,28 @@ BdevStats SafeBdevImpl::GetStats() {
   return s;
 }
 
+std::vector<metrics::Sample> SafeBdevImpl::SampleMetrics() {
+  const SafeArrayStatus a = ArrayStatus();
+  std::vector<metrics::Sample> out;
+  auto event = [&](const char* name, uint64_t n) {
+    out.push_back({"clio_bdev_medium_events_total", "Events inside a device, by event",
+                   {{"event", name}}, static_cast<double>(n), metrics::Sample::Kind::kCounter});
+  };
+  event("checksum_error", a.checksum_errors);
+  event("chunk_repaired", a.repaired_chunks);
+  event("chunk_reconstructed", a.reconstructed_reads);
+  event("journal_record_replayed", a.journal_replayed);
+  event("rebuild_done", a.rebuilds_done);
+  event("rebuild_stripe_written", a.rebuild_stripes_written);
+  event("stripe_lost", a.lost_stripes);
+  auto state = [&](const char* name, double v) {
+    out.push_back({"clio_bdev_medium_state", "State inside a device, by state", {{"state", name}},
+                   v, metrics::Sample::Kind::kGauge});
+  };
+  state("failed_members", a.failed);
+  state("spares", static_cast<double>(a.spares.size()));
+  state("rebuilding", a.rebuilding ? 1 : 0);
+  return out;
+}
+
 }  // namespace clio

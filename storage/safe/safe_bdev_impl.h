@@ -104,6 +104,7 @@ class SafeBdevImpl final : public BdevBase, public SafeArray {
   Status Sync() override;
   Status FlushAllocLog() override;
   BdevStats GetStats() override;
+  std::vector<metrics::Sample> SampleMetrics() override;
 
   // --- SafeArray (safe_rebuild.cc) ---
   Status AddSpare(const SafeMember& spare) override;

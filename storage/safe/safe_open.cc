@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "storage/bdev_metrics.h"
 #include "storage/safe/safe_bdev_impl.h"
 #include "storage/sys_util.h"
 
@@ -408,7 +409,7 @@ Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<S
   CLIO_RETURN_IF_ERROR(impl->Start(replay));
   OpenedSafeBdev out;
   out.array = impl.get();
-  out.bdev = std::move(impl);
+  out.bdev = Instrument(std::move(impl), "safe");
   return out;
 }
 

@@ -12,6 +12,7 @@ Python 3 standard library only. Needs /dev/fuse and fusermount3. The last line p
 
 import argparse
 import hashlib
+import errno as errno_mod
 import json
 import os
 import pty
@@ -31,7 +32,7 @@ MiB = 1024 * 1024
 CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
 SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
-             "s3_kill9", "full_disk", "tier_ops", "attached_pool", "safe_bdev")
+             "s3_kill9", "full_disk", "tier_ops", "attached_pool", "safe_bdev", "metrics")
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
@@ -1390,7 +1391,9 @@ def scenario_safe_bdev(env):
     env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
     os.makedirs(env.state, exist_ok=True)
     members = "".join(SAFE_MEMBER.format(i=i, j=i + 1) for i in range(4))
-    env.write_config(SAFE_CONFIG.format(T=env.T, ram_name=env.ram_name, members=members))
+    port = free_port()
+    env.write_config(SAFE_CONFIG.format(T=env.T, ram_name=env.ram_name, members=members).replace(
+        '  socket_path: "', f'  http_port: {port}\n  socket_path: "', 1))
     env.start_runtime()
     env.mount()
     m1 = os.path.join(env.state, "m1.dat")
@@ -1442,7 +1445,16 @@ def scenario_safe_bdev(env):
     env.mount()
     check_all("after kill -9 with m1 failed")
     # The RAM tier started empty: those reads came from the array, a third of them rebuilt.
-    check(array_status()["reconstructed_reads"] > 0, "no read was served by reconstruction")
+    st = array_status()
+    check(st["reconstructed_reads"] > 0, "no read was served by reconstruction")
+    # The same state through /metrics: the array's own series, labelled as the array tier.
+    series, _ = scrape(port)
+    lab = 'tier="safe::array0",type="safe"'
+    check(series.get(f'clio_bdev_medium_state{{state="failed_members",{lab}}}') == 1,
+          "clio_bdev_medium_state failed_members is not 1 for the degraded array")
+    check(series.get(f'clio_bdev_medium_events_total{{event="chunk_reconstructed",{lab}}}') ==
+          st["reconstructed_reads"], "the reconstructed-chunk count differs from array status")
+    check(series.get(f'clio_bdev_healthy{{{lab}}}') == 0, "a degraded array is reported healthy")
     write("c", 3, 1 * MiB)
     check(array_status()["members"][1]["state"] == "failed", "m1 came back as working after the restart")
 
@@ -1466,6 +1478,160 @@ def scenario_safe_bdev(env):
     env.start_runtime()
     env.mount()
     check_all("after a clean restart")
+    env.unmount()
+    env.stop_runtime()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    """GET /metrics -> {series: value} (series as printed, labels sorted) and the # TYPE names."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        check(r.status == 200, f"/metrics answered {r.status}")
+        ctype = r.headers.get("Content-Type", "")
+        check(ctype.startswith("text/plain; version=0.0.4"), f"/metrics Content-Type is {ctype!r}")
+        text = r.read().decode()
+    values, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            types[name] = kind
+        elif line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            values[series] = float(value)
+    return values, types
+
+
+def scenario_metrics(env):
+    """/metrics after a known workload: the counters moved by exactly the workload's amounts,
+    the gauges agree with `clioctl tier stat`, a taken port leaves the filesystem working, and
+    the Grafana board queries only series the runtime exports."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    port = free_port()
+    text = env.config_text().replace('  num_threads: 4\n', f'  num_threads: 4\n  http_port: {port}\n', 1)
+    # Only fsync flushes (no background pass between a file's writes), so the bytes copied to
+    # disk are exactly the bytes written.
+    text = text.replace("    flush_interval_ms: 500\n", "    flush_interval_ms: 3600000\n", 1)
+    env.write_config(text)
+
+    # A port already taken: the runtime logs it and serves its clients anyway.
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))
+    holder.listen(1)
+    env.start_runtime()
+    cp = run_cmd([env.clio_run, "status"], env=env.env())
+    out = _text(cp.stdout)
+    check(f"http not serving: HTTP port 127.0.0.1:{port} is in use" in out,
+          f"clio_run status does not say the HTTP port is taken:\n{out}")
+    env.mount()
+    with open(os.path.join(env.mnt, "while-taken"), "wb") as f:
+        f.write(b"still works")
+    check(read_file(os.path.join(env.mnt, "while-taken")) == b"still works", "file written with the port taken")
+    env.unmount()
+    env.stop_runtime()
+    holder.close()
+
+    env.start_runtime()
+    out = _text(run_cmd([env.clio_run, "status"], env=env.env()).stdout)
+    check(f"http http://127.0.0.1:{port}/metrics" in out, f"clio_run status lacks the HTTP line:\n{out}")
+    env.mount()
+    tiers = {t["name"]: t for t in env.tier_stat()}
+    ram = next(n for n, t in tiers.items() if str(t["type"]) == "ram")
+    disk = next(n for n, t in tiers.items() if str(t["type"]) == "file")
+    before, _ = scrape(port)
+
+    # The workload: N files of known sizes, each written once and fsynced; two rmdirs of a
+    # non-empty directory (ENOTEMPTY); three XATTR_CREATE of an existing attribute (EEXIST).
+    sizes = [1 * MiB + 7, 3 * MiB, 200 * KiB, 5]
+    total = sum(sizes)
+    for i, n in enumerate(sizes):
+        fd = os.open(os.path.join(env.mnt, f"m{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            _write_all(fd, os.urandom(n))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.mkdir(os.path.join(env.mnt, "full"))
+    with open(os.path.join(env.mnt, "full", "x"), "wb") as f:
+        f.write(b"x")
+    total += 1
+    for _ in range(2):
+        try:
+            os.rmdir(os.path.join(env.mnt, "full"))
+            raise TestFailure("rmdir of a non-empty directory succeeded")
+        except OSError as e:
+            check(e.errno == errno_mod.ENOTEMPTY, f"rmdir of a non-empty directory: {e}")
+    target = os.path.join(env.mnt, "m0")
+    os.setxattr(target, "user.k", b"v")
+    for _ in range(3):
+        try:
+            os.setxattr(target, "user.k", b"w", os.XATTR_CREATE)
+            raise TestFailure("setxattr XATTR_CREATE of an existing attribute succeeded")
+        except OSError as e:
+            check(e.errno == errno_mod.EEXIST, f"setxattr XATTR_CREATE: {e}")
+    fd = os.open(os.path.join(env.mnt, "full", "x"), os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    after, types = scrape(port)
+
+    def delta(series):
+        return after.get(series, 0) - before.get(series, 0)
+
+    def expect(series, want):
+        got = delta(series)
+        check(got == want, f"{series} moved by {got}, expected {want}")
+
+    expect('clio_fs_operations_total{op="create",outcome="ok"}', len(sizes) + 1)
+    expect('clio_fs_operations_total{op="fsync",outcome="ok"}', len(sizes) + 1)
+    expect('clio_fs_operations_total{op="mkdir",outcome="ok"}', 1)
+    expect('clio_fs_operations_total{op="rmdir",outcome="ENOTEMPTY"}', 2)
+    expect('clio_fs_operations_total{op="setxattr",outcome="ok"}', 1)
+    expect('clio_fs_operations_total{op="setxattr",outcome="EEXIST"}', 3)
+    expect('clio_fs_bytes_total{op="write"}', total)
+    # Every byte went to the RAM tier first (score 1.0), and fsync copied each one to disk.
+    expect(f'clio_cte_placed_bytes_total{{tier="{ram}"}}', total)
+    expect(f'clio_bdev_bytes_total{{op="write",tier="{ram}",type="ram"}}', total)
+    expect('clio_cte_flushed_bytes_total', total)
+    expect(f'clio_bdev_bytes_total{{op="write",tier="{disk}",type="file"}}', total)
+    check(delta(f'clio_bdev_bytes_total{{op="allocate",tier="{disk}",type="file"}}') >= total,
+          "the disk tier allocated less than it wrote")
+    expect('clio_cte_flushes_total', sum(-(-n // MiB) for n in sizes) + 1)  # one per 1 MiB chunk
+    check(delta('clio_cte_flush_lag_seconds_count') == delta('clio_cte_flushes_total'),
+          "every flush records its lag")
+    check(after.get("clio_runtime_client_connections", 0) >= 1, "the FUSE daemon's connection is not counted")
+
+    # Gauges agree with clioctl, read with nothing changing in between.
+    tiers = {t["name"]: t for t in env.tier_stat()}
+    now, _ = scrape(port)
+    for name, kind in ((ram, "ram"), (disk, "file")):
+        lab = f'{{tier="{name}",type="{kind}"}}'
+        for key, series in (("used", "clio_bdev_used_bytes"), ("capacity", "clio_bdev_capacity_bytes")):
+            check(now.get(series + lab) == tiers[name][key],
+                  f"{series}{lab} = {now.get(series + lab)} but clioctl tier stat says {key} = {tiers[name][key]}")
+        check(now.get("clio_bdev_healthy" + lab) == 1, f"tier {name} is not reported healthy")
+
+    # The Grafana board charts only what the runtime exports.
+    with open(os.path.join(SRC_DIR, "etc", "grafana", "clio-dashboard.json")) as f:
+        board = json.load(f)
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    check(len(exprs) >= 20, f"the board has only {len(exprs)} queries")
+    names = set()
+    for e in exprs:
+        for m in re.findall(r"\b(clio_[a-z0-9_]+)", e):
+            names.add(re.sub(r"_(bucket|count|sum)$", "", m) if m.endswith(("_bucket", "_count", "_sum")) and
+                      re.sub(r"_(bucket|count|sum)$", "", m) in types else m)
+    # Only devices with inner state publish these; e2e safe_bdev checks them on an array.
+    medium = {"clio_bdev_medium_events_total", "clio_bdev_medium_state"}
+    missing = sorted(n for n in names - medium if n not in types)
+    check(not missing, f"the Grafana board queries series the runtime does not export: {missing}")
+    log(f"metrics: {len(after)} series; the board's {len(names)} metric names all exported")
     env.unmount()
     env.stop_runtime()
 
@@ -1580,6 +1746,7 @@ SCENARIO_FUNCS = {
     "tier_ops": scenario_tier_ops,
     "attached_pool": scenario_attached_pool,
     "safe_bdev": scenario_safe_bdev,
+    "metrics": scenario_metrics,
 }
 
 

@@ -1,0 +1,111 @@
+#include "daemon/http.h"
+
+#include <Poco/Net/HTTPRequestHandler.h>
+#include <Poco/Net/HTTPRequestHandlerFactory.h>
+#include <Poco/Net/HTTPServer.h>
+#include <Poco/Net/HTTPServerParams.h>
+#include <Poco/Net/HTTPServerRequest.h>
+#include <Poco/Net/HTTPServerResponse.h>
+#include <Poco/Net/NetException.h>
+#include <Poco/Net/ServerSocket.h>
+#include <Poco/ThreadPool.h>
+
+#include <cerrno>
+
+#include "common/log.h"
+#include "common/metrics.h"
+
+namespace clio {
+namespace {
+
+using Poco::Net::HTTPResponse;
+using Poco::Net::HTTPServerRequest;
+using Poco::Net::HTTPServerResponse;
+
+void Reply(HTTPServerResponse& resp, HTTPResponse::HTTPStatus status, const std::string& type,
+           const std::string& body) {
+  resp.setStatusAndReason(status);
+  resp.setContentType(type);
+  resp.setContentLength(static_cast<std::streamsize>(body.size()));
+  resp.send() << body;
+}
+
+class Handler : public Poco::Net::HTTPRequestHandler {
+ public:
+  void handleRequest(HTTPServerRequest& req, HTTPServerResponse& resp) override {
+    const std::string& uri = req.getURI();
+    const std::string path = uri.substr(0, uri.find('?'));
+    if (path == "/metrics") {
+      if (req.getMethod() != "GET" && req.getMethod() != "HEAD") {
+        resp.set("Allow", "GET, HEAD");
+        return Reply(resp, HTTPResponse::HTTP_METHOD_NOT_ALLOWED, "text/plain",
+                     "/metrics answers GET only\n");
+      }
+      return Reply(resp, HTTPResponse::HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+                   metrics::Scrape());
+    }
+    Reply(resp, HTTPResponse::HTTP_NOT_FOUND, "text/plain",
+          "no such page: " + path + " (this runtime serves /metrics)\n");
+  }
+};
+
+class Factory : public Poco::Net::HTTPRequestHandlerFactory {
+ public:
+  Poco::Net::HTTPRequestHandler* createRequestHandler(const HTTPServerRequest&) override {
+    return new Handler();
+  }
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Poco::ThreadPool threads{1, 4};
+  std::unique_ptr<Poco::Net::HTTPServer> server;
+  uint32_t port = 0;
+};
+
+HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start(const std::string& address, uint32_t port) {
+  const std::string where = address + ":" + std::to_string(port);
+  try {
+    Poco::Net::SocketAddress sa(address, static_cast<Poco::UInt16>(port));
+    Poco::Net::ServerSocket socket;
+    // SO_REUSEADDR for a quick restart, never SO_REUSEPORT: a second runtime must not share it.
+    socket.bind(sa, /*reuseAddress=*/true, /*reusePort=*/false);
+    socket.listen(64);
+    auto* params = new Poco::Net::HTTPServerParams();
+    params->setMaxThreads(4);
+    params->setMaxQueued(64);
+    params->setKeepAlive(true);
+    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(), impl_->threads, socket, params);
+    impl_->server->start();
+    impl_->port = socket.address().port();
+  } catch (const Poco::Net::InvalidAddressException& e) {
+    return InvalidArgument("HTTP address " + where + " is not an address: " + e.displayText());
+  } catch (const Poco::Net::HostNotFoundException& e) {
+    return InvalidArgument("HTTP address " + where + ": " + e.displayText());
+  } catch (const Poco::IOException& e) {
+    if (e.code() == EADDRINUSE)
+      return Status(Code::kBusy, "HTTP port " + where + " is in use (set runtime.http_port)");
+    return Status(Code::kIoError, "HTTP server on " + where + ": " + e.displayText());
+  } catch (const Poco::Exception& e) {
+    return Status(Code::kIoError, "HTTP server on " + where + ": " + e.displayText());
+  }
+  return Status::Ok();
+}
+
+void HttpServer::Stop() {
+  if (!impl_->server) return;
+  // Aborts open connections too: a scraper's idle keep-alive connection would otherwise hold a
+  // server thread, and so the runtime's stop, for up to the keep-alive timeout.
+  impl_->server->stopAll(/*abortCurrent=*/true);
+  impl_->threads.joinAll();
+  impl_->server.reset();
+  impl_->port = 0;
+}
+
+uint32_t HttpServer::port() const { return impl_->port; }
+
+}  // namespace clio

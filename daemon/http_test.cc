@@ -1,0 +1,131 @@
+// The HTTP server: /metrics in the text format, clear errors for other pages and methods, a
+// taken port or a bad address refused with the address named, and the runtime serving it.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "common/metrics.h"
+#include "daemon/http.h"
+#include "daemon/ipc.h"
+#include "daemon/runtime.h"
+
+using namespace clio;
+
+namespace {
+
+// One HTTP/1.0 exchange with 127.0.0.1:port; the whole response, headers included.
+std::string Fetch(uint32_t port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+std::string Get(uint32_t port, const std::string& path) {
+  return Fetch(port, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+}
+
+// A port nothing listens on now (bound to 0, read, closed).
+uint32_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("GET /metrics answers the scrape; other pages and methods are refused clearly") {
+  metrics::GetCounter("http_test_hits_total", "Hits", {{"page", "x"}}).Add(4);
+  HttpServer http;
+  REQUIRE(http.Start("127.0.0.1", 0).ok());
+  const uint32_t port = http.port();
+  REQUIRE(port != 0);
+  std::string r = Get(port, "/metrics");
+  CHECK(r.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
+  CHECK(r.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  CHECK(r.find("\r\n\r\n# HELP ") != std::string::npos);
+  CHECK(r.find("http_test_hits_total{page=\"x\"} 4\n") != std::string::npos);
+  CHECK(Get(port, "/metrics?x=1").find("http_test_hits_total") != std::string::npos);
+
+  r = Get(port, "/nothing");
+  CHECK(r.rfind("HTTP/1.0 404 Not Found\r\n", 0) == 0);
+  CHECK(r.find("no such page: /nothing") != std::string::npos);
+  r = Fetch(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+  CHECK(r.rfind("HTTP/1.0 405 Method Not Allowed\r\n", 0) == 0);
+  CHECK(r.find("Allow: GET, HEAD") != std::string::npos);
+  // Garbage is answered (400) or dropped; the server keeps serving.
+  (void)Fetch(port, "\x01\x02 nonsense\r\n\r\n");
+  CHECK(Get(port, "/metrics").rfind("HTTP/1.0 200 OK", 0) == 0);
+
+  HttpServer second;
+  Status taken = second.Start("127.0.0.1", port);
+  CHECK(taken.code() == Code::kBusy);
+  CHECK(taken.message().find("HTTP port 127.0.0.1:" + std::to_string(port) + " is in use") != std::string::npos);
+  Status bad = second.Start("not-an-address", 8);
+  CHECK(bad.code() == Code::kInvalidArgument);
+  CHECK(bad.message().find("not-an-address:8") != std::string::npos);
+
+  http.Stop();
+  CHECK(http.port() == 0);
+  http.Stop();  // idempotent
+}
+
+TEST_CASE("the runtime serves /metrics on runtime.http_port, with its own series") {
+  char tmpl[] = "/tmp/clio_http_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const uint32_t port = FreePort();
+  auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: " + std::to_string(port) + "\n", "t");
+  REQUIRE(cfg.ok());
+  Runtime rt(std::move(cfg).value());
+  REQUIRE(rt.Compose().ok());
+  std::atomic<bool> ready{false};
+  std::thread serve([&] { (void)rt.Serve([&] { ready = true; }); });
+  while (!ready) std::this_thread::yield();
+  CHECK(rt.http_port() == port);
+  {
+    RuntimeClient::Options o;
+    o.socket_path = rt.config().socket_path;
+    auto c = RuntimeClient::Connect(o);
+    REQUIRE(c.ok());
+    auto st = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStatus), "");
+    REQUIRE(st.ok());
+    CHECK(st->find("http http://127.0.0.1:" + std::to_string(port) + "/metrics\n") != std::string::npos);
+    const std::string text = Get(port, "/metrics");
+    CHECK(text.find("\nclio_runtime_pools 0\n") != std::string::npos);
+    CHECK(text.find("\nclio_runtime_worker_threads 4\n") != std::string::npos);
+    CHECK(text.find("\nclio_runtime_client_connections 1\n") != std::string::npos);
+    CHECK(text.find("\n# TYPE clio_runtime_uptime_seconds gauge\n") != std::string::npos);
+  }
+  rt.RequestStop();
+  serve.join();
+  (void)rt.StopPools();
+  CHECK(rt.http_port() == 0);
+  // The port is free again after the runtime stopped.
+  HttpServer again;
+  CHECK(again.Start("127.0.0.1", port).ok());
+  std::filesystem::remove_all(dir);
+}
