@@ -1,5 +1,6 @@
-// clioctl: the admin CLI: `tier stat`, `tier add`, `tier rm`, `tier lifespan get|set`,
-// `tier drain`, `tier undrain`; `pool list`; `array status|add|remove|recover|verify` for safe-bdev arrays.
+// clioctl: the admin CLI: `stat`, `flush [PATH]`, `locate PATH`; `tier stat`, `tier add`,
+// `tier rm`, `tier lifespan get|set`, `tier drain`, `tier undrain`; `pool list`;
+// `array status|add|remove|recover|verify` for safe-bdev arrays.
 // Exit codes: 0 ok, 1 operation failed, 2 bad usage.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -16,6 +17,20 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   clio::CommandContext ctx;
   app.add_flag("--json", ctx.json, "print JSON instead of a table");
+  auto* dstat = app.add_subcommand(
+      "stat", "the node at a glance: runtime workers and clients, tiers with dirty bytes, the flush queue");
+  dstat->add_flag("--json", ctx.json, "print JSON");
+  std::string path, fs_pool;
+  auto* flush = app.add_subcommand(
+      "flush", "write dirty data to persistent tiers and make the metadata durable: every file of the "
+               "node, or PATH (a file, or every file under a directory) as fsync would");
+  flush->add_option("path", path, "a file or directory on a CLIO mount (default: everything)");
+  flush->add_flag("--json", ctx.json, "print JSON");
+  auto* locate = app.add_subcommand(
+      "locate", "each chunk of a file: the tiers and extents holding its copies, dirty or clean");
+  locate->add_option("path", path, "a file on a CLIO mount")->required();
+  locate->add_option("--pool", fs_pool, "the mount's clio_fs pool, when the runtime has several");
+  locate->add_flag("--json", ctx.json, "print JSON");
   auto* tier = app.add_subcommand("tier", "storage tiers");
   tier->require_subcommand(1);
   auto* stat = tier->add_subcommand("stat", "one row per tier: capacity, used, remaining, score, persistence");
@@ -104,6 +119,9 @@ int main(int argc, char** argv) {
       if (auto p = t.String("path", ""); p.ok() && !p->empty()) ctx.configured_tiers.insert(*p);
     }
   }
+  if (*dstat) return clio::Stat(ctx);
+  if (*flush) return clio::Flush(ctx, path);
+  if (*locate) return clio::Locate(ctx, path, fs_pool);
   if (*stat) return clio::TierStat(ctx);
   if (*lget) return clio::TierLifespan(ctx, tier_name, std::nullopt);
   if (*lset) return clio::TierLifespan(ctx, tier_name, days);

@@ -29,6 +29,12 @@ int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args);
 int TierRm(const CommandContext& ctx, const std::string& name);
 // `clioctl pool list`: every pool of the runtime, in compose order: cli/pool_list.cc
 int PoolList(const CommandContext& ctx);
+// `clioctl stat`: runtime, tiers with dirty bytes, write-back: cli/stat.cc
+int Stat(const CommandContext& ctx);
+// `clioctl flush [PATH]`: every dirty blob (no PATH), or fsync of PATH's files: cli/flush.cc
+int Flush(const CommandContext& ctx, const std::string& path);
+// `clioctl locate PATH [--pool NAME]`: each chunk's copies, tiers and extents: cli/locate.cc
+int Locate(const CommandContext& ctx, const std::string& path, const std::string& fs_pool);
 // `clioctl array status ARRAY`: a safe-bdev's members, spares and counters: cli/array_status.cc
 int ArrayStatus(const CommandContext& ctx, const std::string& array);
 // `clioctl array add ARRAY POOL` / `remove ARRAY MEMBER [REASON]` / `recover ARRAY MEMBER POOL`

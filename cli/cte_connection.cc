@@ -37,4 +37,9 @@ Result<TierInfo> CteConnection::FindTier(const std::string& name) {
   return NotFound("no tier '" + name + "' (tiers: " + names + ")");
 }
 
+Result<WritebackStats> CteConnection::Writeback() {
+  CLIO_ASSIGN_OR_RETURN(std::string r, client->Call(pool, static_cast<uint32_t>(CteMethod::kWriteback), ""));
+  return DecodeWritebackStats(r);
+}
+
 }  // namespace clio

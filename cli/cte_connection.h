@@ -25,6 +25,7 @@ struct CteConnection {
   // The tier called `name`: its name as `tier stat` prints it, or the path it was configured
   // with (without the _node<N> suffix). NotFound lists the names.
   Result<TierInfo> FindTier(const std::string& name);
+  Result<WritebackStats> Writeback();
 };
 
 }  // namespace clio

@@ -21,18 +21,7 @@ int TierStat(const CommandContext& ctx) {
   }
   if (ctx.json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const TierInfo& t : *tiers)
-      out.push_back({{"name", t.name},
-                     {"id", t.tier_id},
-                     {"type", BdevTypeName(t.stats.type)},
-                     {"capacity", t.stats.capacity},
-                     {"used", t.stats.used},
-                     {"remaining", t.stats.remaining},
-                     {"score", t.score},
-                     {"persistence", PersistenceName(t.stats.persistence)},
-                     {"backend", t.stats.backend},
-                     {"lifetime_days", t.stats.lifetime_days},
-                     {"health", t.stats.health}});
+    for (const TierInfo& t : *tiers) out.push_back(TierJson(t));
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }

@@ -4,9 +4,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
+#include <vector>
+
 namespace clio {
 // Applies CLIO_LOG_LEVEL. Safe to call more than once.
 void InitLogging(const char* program);
+// The last warnings and errors logged since InitLogging (at most 64), oldest first, each as
+// "2026-12-04 13:18:17.870 warning message": the dashboard's "recent errors".
+std::vector<std::string> RecentProblems();
 }  // namespace clio
 
 #define CLIO_LOG_DEBUG(...) SPDLOG_DEBUG(__VA_ARGS__)

@@ -11,6 +11,7 @@
 #include <Poco/ThreadPool.h>
 
 #include <cerrno>
+#include <map>
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -30,35 +31,59 @@ void Reply(HTTPServerResponse& resp, HTTPResponse::HTTPStatus status, const std:
   resp.send() << body;
 }
 
+struct Page {
+  std::string content_type;
+  std::function<std::string()> render;
+};
+using Pages = std::map<std::string, Page>;  // by path; fixed once the server starts
+
 class Handler : public Poco::Net::HTTPRequestHandler {
  public:
+  explicit Handler(const Pages* pages) : pages_(pages) {}
   void handleRequest(HTTPServerRequest& req, HTTPServerResponse& resp) override {
     const std::string& uri = req.getURI();
     const std::string path = uri.substr(0, uri.find('?'));
-    if (path == "/metrics") {
-      if (req.getMethod() != "GET" && req.getMethod() != "HEAD") {
-        resp.set("Allow", "GET, HEAD");
-        return Reply(resp, HTTPResponse::HTTP_METHOD_NOT_ALLOWED, "text/plain",
-                     "/metrics answers GET only\n");
-      }
-      return Reply(resp, HTTPResponse::HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                   metrics::Scrape());
+    auto it = pages_->find(path);
+    if (it == pages_->end()) {
+      std::string served;
+      for (const auto& [p, _] : *pages_) served += (served.empty() ? "" : ", ") + p;
+      return Reply(resp, HTTPResponse::HTTP_NOT_FOUND, "text/plain",
+                   "no such page: " + path + " (this runtime serves " + served + ")\n");
     }
-    Reply(resp, HTTPResponse::HTTP_NOT_FOUND, "text/plain",
-          "no such page: " + path + " (this runtime serves /metrics)\n");
+    if (req.getMethod() != "GET" && req.getMethod() != "HEAD") {
+      resp.set("Allow", "GET, HEAD");
+      return Reply(resp, HTTPResponse::HTTP_METHOD_NOT_ALLOWED, "text/plain", path + " answers GET only\n");
+    }
+    std::string body;
+    try {
+      body = it->second.render();
+    } catch (const std::exception& e) {  // a page's bug must not take the server thread down
+      CLIO_LOG_ERROR("HTTP page {}: {}", path, e.what());
+      return Reply(resp, HTTPResponse::HTTP_INTERNAL_SERVER_ERROR, "text/plain",
+                   path + " failed: " + e.what() + "\n");
+    }
+    Reply(resp, HTTPResponse::HTTP_OK, it->second.content_type, body);
   }
+
+ private:
+  const Pages* const pages_;
 };
 
 class Factory : public Poco::Net::HTTPRequestHandlerFactory {
  public:
+  explicit Factory(const Pages* pages) : pages_(pages) {}
   Poco::Net::HTTPRequestHandler* createRequestHandler(const HTTPServerRequest&) override {
-    return new Handler();
+    return new Handler(pages_);
   }
+
+ private:
+  const Pages* const pages_;
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
+  Pages pages{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}};
   Poco::ThreadPool threads{1, 4};
   std::unique_ptr<Poco::Net::HTTPServer> server;
   uint32_t port = 0;
@@ -66,6 +91,10 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
 HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Route(const std::string& path, std::string content_type, std::function<std::string()> page) {
+  impl_->pages[path] = Page{std::move(content_type), std::move(page)};
+}
 
 Status HttpServer::Start(const std::string& address, uint32_t port) {
   const std::string where = address + ":" + std::to_string(port);
@@ -79,7 +108,7 @@ Status HttpServer::Start(const std::string& address, uint32_t port) {
     params->setMaxThreads(4);
     params->setMaxQueued(64);
     params->setKeepAlive(true);
-    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(), impl_->threads, socket, params);
+    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(&impl_->pages), impl_->threads, socket, params);
     impl_->server->start();
     impl_->port = socket.address().port();
   } catch (const Poco::Net::InvalidAddressException& e) {

@@ -1,11 +1,14 @@
 // The runtime's HTTP server (Poco, its own small thread pool): GET /metrics in the Prometheus
-// text format (common/metrics.h). It listens on runtime.http_address:runtime.http_port,
-// loopback by default. Poco stays inside http.cc.
+// text format (common/metrics.h), and the pages the runtime adds with Route (the dashboard, the
+// JSON status). It listens on runtime.http_address:runtime.http_port, loopback by default.
+// Poco stays inside http.cc.
 //
-// Thread safety: Start and Stop from one thread; requests are served on the server's threads.
+// Thread safety: Route, Start and Stop from one thread; requests are served on the server's
+// threads, so page functions must be thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,6 +23,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  // Serves GET (and HEAD) of `path` with `page()`'s text as `content_type`. Before Start.
+  void Route(const std::string& path, std::string content_type, std::function<std::string()> page);
   // Binds and starts serving. Busy when the port is taken, InvalidArgument for an address that
   // does not parse; both name the address.
   Status Start(const std::string& address, uint32_t port);

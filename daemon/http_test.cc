@@ -12,6 +12,10 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/http.h"
 #include "daemon/ipc.h"
@@ -94,6 +98,28 @@ TEST_CASE("GET /metrics answers the scrape; other pages and methods are refused 
   http.Stop();  // idempotent
 }
 
+TEST_CASE("routed pages answer GET; other methods, missing pages and failing pages are clear") {
+  HttpServer http;
+  int calls = 0;
+  http.Route("/hello", "text/plain", [&] { return "hello " + std::to_string(++calls); });
+  http.Route("/broken", "text/plain", []() -> std::string { throw std::runtime_error("page bug"); });
+  REQUIRE(http.Start("127.0.0.1", 0).ok());
+  std::string r = Get(http.port(), "/hello?x");
+  CHECK(r.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
+  CHECK(r.find("\r\n\r\nhello 1") != std::string::npos);
+  CHECK(Get(http.port(), "/hello").find("hello 2") != std::string::npos);  // rendered per request
+  r = Fetch(http.port(), "DELETE /hello HTTP/1.0\r\n\r\n");
+  CHECK(r.rfind("HTTP/1.0 405 Method Not Allowed\r\n", 0) == 0);
+  CHECK(r.find("/hello answers GET only") != std::string::npos);
+  r = Get(http.port(), "/broken");
+  CHECK(r.rfind("HTTP/1.0 500 Internal Server Error\r\n", 0) == 0);
+  CHECK(r.find("/broken failed: page bug") != std::string::npos);
+  r = Get(http.port(), "/missing");
+  CHECK(r.rfind("HTTP/1.0 404 Not Found\r\n", 0) == 0);
+  CHECK(r.find("this runtime serves /broken, /hello, /metrics") != std::string::npos);
+  CHECK(Get(http.port(), "/metrics").rfind("HTTP/1.0 200 OK", 0) == 0);  // still served
+}
+
 TEST_CASE("the runtime serves /metrics on runtime.http_port, with its own series") {
   char tmpl[] = "/tmp/clio_http_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -113,12 +139,32 @@ TEST_CASE("the runtime serves /metrics on runtime.http_port, with its own series
     REQUIRE(c.ok());
     auto st = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStatus), "");
     REQUIRE(st.ok());
-    CHECK(st->find("http http://127.0.0.1:" + std::to_string(port) + "/metrics\n") != std::string::npos);
+    CHECK(st->find("http http://127.0.0.1:" + std::to_string(port) + "/metrics (the dashboard at") != std::string::npos);
     const std::string text = Get(port, "/metrics");
     CHECK(text.find("\nclio_runtime_pools 0\n") != std::string::npos);
     CHECK(text.find("\nclio_runtime_worker_threads 4\n") != std::string::npos);
     CHECK(text.find("\nclio_runtime_client_connections 1\n") != std::string::npos);
     CHECK(text.find("\n# TYPE clio_runtime_uptime_seconds gauge\n") != std::string::npos);
+    // The JSON status and the dashboard page that reads it.
+    InitLogging("http_test");  // the recent-problems ring lives in the process's logger
+    CLIO_LOG_WARN("http_test: a warning for the recent errors");
+    const std::string status = Get(port, "/api/v1/status");
+    CHECK(status.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
+    CHECK(status.find("Content-Type: application/json") != std::string::npos);
+    const auto body = nlohmann::json::parse(status.substr(status.find("\r\n\r\n") + 4));
+    CHECK(body["runtime"]["pid"] == static_cast<uint64_t>(getpid()));
+    CHECK(body["runtime"]["worker_threads"] == 4);
+    CHECK(body["runtime"]["client_connections"] == 1);
+    CHECK(body["runtime"]["socket"] == rt.config().socket_path);
+    CHECK(body["pools"].is_array());
+    CHECK(body["pools"].empty());
+    bool warned = false;
+    for (const auto& e : body["errors"]) warned |= e.get<std::string>().find("http_test: a warning") != std::string::npos;
+    CHECK(warned);
+    const std::string page = Get(port, "/");
+    CHECK(page.find("Content-Type: text/html") != std::string::npos);
+    CHECK(page.find("<table id=\"tiers\">") != std::string::npos);
+    CHECK(page.find("fetch(\"/api/v1/status\"") != std::string::npos);
   }
   rt.RequestStop();
   serve.join();

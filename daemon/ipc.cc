@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/codec.h"
+
 namespace clio {
 namespace {
 
@@ -60,6 +62,49 @@ Result<int> ConnectOnce(const std::string& path) {
 }
 
 }  // namespace
+
+std::string EncodePoolList(const std::vector<PoolInfo>& pools) {
+  Encoder e;
+  e.Put<uint32_t>(static_cast<uint32_t>(pools.size()));
+  for (const PoolInfo& p : pools) e.Put<uint32_t>(p.id).PutBytes(p.name).PutBytes(p.module).PutBytes(p.describe);
+  return e.Take();
+}
+
+Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes) {
+  Decoder d(bytes);
+  uint32_t n = 0;
+  d.Get(&n);
+  if (n > bytes.size()) return Corruption("pool list: impossible count");
+  std::vector<PoolInfo> out;
+  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+    PoolInfo p;
+    d.Get(&p.id);
+    d.GetString(&p.name);
+    d.GetString(&p.module);
+    d.GetString(&p.describe);
+    out.push_back(std::move(p));
+  }
+  CLIO_RETURN_IF_ERROR(d.Finish("pool list"));
+  return out;
+}
+
+std::string EncodeRuntimeStats(const RuntimeStats& s) {
+  Encoder e;
+  e.Put(s.pid).Put(s.uptime_s).Put(s.worker_threads).Put(s.client_connections).Put(s.pools);
+  return e.Take();
+}
+
+Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes) {
+  Decoder d(bytes);
+  RuntimeStats s;
+  d.Get(&s.pid);
+  d.Get(&s.uptime_s);
+  d.Get(&s.worker_threads);
+  d.Get(&s.client_connections);
+  d.Get(&s.pools);
+  CLIO_RETURN_IF_ERROR(d.Finish("runtime stats"));
+  return s;
+}
 
 Status ValidateRequestHeader(const RequestHeader& h) {
   if (h.magic != kIpcMagic) return Corruption("bad frame magic");

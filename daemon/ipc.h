@@ -55,8 +55,30 @@ enum class AdminMethod : uint32_t {
   kStatus = 2,    // -> string (human text)
   kStop = 3,      // graceful stop; replies before stopping
   kFindPool = 4,  // string name -> u32 pool major
-  kListPools = 5, // -> u32 n, then per pool in compose order: u32 major, string name, module, describe
+  kListPools = 5, // -> EncodePoolList, in compose order
+  kRuntimeStats = 6,  // -> EncodeRuntimeStats
 };
+
+// One pool as ListPools reports it.
+struct PoolInfo {
+  uint32_t id = 0;  // major id
+  std::string name, module, describe;
+};
+// u32 n, then per pool: u32 major, string name, module, describe.
+std::string EncodePoolList(const std::vector<PoolInfo>& pools);
+Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes);
+
+// What `clioctl stat` shows of the runtime itself.
+struct RuntimeStats {
+  uint64_t pid = 0;
+  uint64_t uptime_s = 0;
+  uint32_t worker_threads = 0;      // runtime.num_threads
+  uint64_t client_connections = 0;  // open now, the asking one included
+  uint32_t pools = 0;
+};
+// u64 pid, uptime_s, u32 worker_threads, u64 client_connections, u32 pools.
+std::string EncodeRuntimeStats(const RuntimeStats& s);
+Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes);
 
 // A blocking client of the runtime: a small pool of connections, safe to call from many
 // threads at once (the FUSE daemon's workers). Thread safety: all methods.

@@ -129,3 +129,30 @@ TEST_CASE("a second runtime on the same socket is refused; no runtime is Unavail
   CHECK(c.status().code() == Code::kUnavailable);
   CHECK(c.status().message().find("not running") != std::string::npos);
 }
+
+TEST_CASE("the admin pool lists pools and reports runtime stats") {
+  RuntimeFixture f;
+  RuntimeClient::Options o;
+  o.socket_path = f.sock();
+  auto c = RuntimeClient::Connect(o);
+  REQUIRE(c.ok());
+  auto raw = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kListPools), "");
+  REQUIRE(raw.ok());
+  auto pools = DecodePoolList(*raw);
+  REQUIRE(pools.ok());
+  REQUIRE(pools->size() == 1);
+  CHECK(pools->at(0).id == 7);
+  CHECK(pools->at(0).name == "e");
+  CHECK(pools->at(0).module == "echo");
+  auto st_raw = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kRuntimeStats), "");
+  REQUIRE(st_raw.ok());
+  auto st = DecodeRuntimeStats(*st_raw);
+  REQUIRE(st.ok());
+  CHECK(st->pid == static_cast<uint64_t>(getpid()));  // the runtime runs in this process
+  CHECK(st->worker_threads == f.rt->config().num_threads);
+  CHECK(st->pools == 1);
+  CHECK(st->client_connections >= 1);  // this client's
+  CHECK((*c)->Call(0, static_cast<uint32_t>(AdminMethod::kRuntimeStats), "x").status().code() == Code::kCorruption);
+  CHECK(DecodeRuntimeStats(std::string_view(*st_raw).substr(1)).status().code() == Code::kCorruption);
+  CHECK(DecodePoolList(std::string_view(*raw).substr(0, raw->size() - 1)).status().code() == Code::kCorruption);
+}

@@ -25,6 +25,9 @@ class Pool {
   virtual Status Stop() { return Status::Ok(); }
   // One line for `clio_run status`.
   virtual std::string Describe() const { return {}; }
+  // The pool's state as one JSON object, for the HTTP API (/api/v1/status) and the dashboard.
+  // Called on HTTP threads while requests are served: it must be thread-safe.
+  virtual std::string MonitorJson() const { return "{}"; }
 
   const std::string& name() const { return name_; }
   const std::string& module_name() const { return module_; }

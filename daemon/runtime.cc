@@ -10,12 +10,14 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/asio.h"
+#include "daemon/dashboard_html.h"
 #include "daemon/http.h"
 #include "daemon/ipc.h"
 
@@ -201,9 +203,12 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
   http_state_ = "off (runtime.http_port is 0)";
   if (config_.http_port != 0) {
     http_ = std::make_unique<HttpServer>();
+    http_->Route("/api/v1/status", "application/json", [this] { return StatusJson(); });
+    http_->Route("/", "text/html; charset=utf-8", [] { return std::string(kDashboardHtml); });
     Status h = http_->Start(config_.http_address, config_.http_port);
     if (h.ok()) {
-      http_state_ = "http://" + config_.http_address + ":" + std::to_string(http_->port()) + "/metrics";
+      const std::string base = "http://" + config_.http_address + ":" + std::to_string(http_->port());
+      http_state_ = base + "/metrics (the dashboard at " + base + "/, JSON at /api/v1/status)";
       CLIO_LOG_INFO("HTTP on {}", http_state_);
     } else {
       http_state_ = "not serving: " + h.message();
@@ -232,6 +237,46 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
 }
 
 uint32_t Runtime::http_port() const { return http_ ? http_->port() : 0; }
+
+RuntimeStats Runtime::Stats() const {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  RuntimeStats s;
+  s.pid = static_cast<uint64_t>(getpid());
+  s.uptime_s = static_cast<uint64_t>(std::max<int64_t>(now - start_time_, 0));
+  s.worker_threads = config_.num_threads;
+  s.client_connections = static_cast<uint64_t>(server_ ? server_->connections() : 0);
+  s.pools = static_cast<uint32_t>(pools_.size());
+  return s;
+}
+
+std::string Runtime::StatusJson() const {
+  const RuntimeStats s = Stats();
+  nlohmann::json pools = nlohmann::json::array();
+  for (const auto& p : pools_) {
+    // A pool's state is its own JSON; text that does not parse is shown as text, never dropped.
+    const std::string state = p->MonitorJson();
+    nlohmann::json parsed = nlohmann::json::parse(state, nullptr, /*allow_exceptions=*/false);
+    pools.push_back({{"id", p->id()},
+                     {"name", p->name()},
+                     {"module", p->module_name()},
+                     {"describe", p->Describe()},
+                     {"state", parsed.is_discarded() ? nlohmann::json(state) : parsed}});
+  }
+  nlohmann::json out = {{"runtime",
+                         {{"pid", s.pid},
+                          {"uptime_s", s.uptime_s},
+                          {"worker_threads", s.worker_threads},
+                          {"client_connections", s.client_connections},
+                          {"pools", s.pools},
+                          {"node_id", config_.node_id},
+                          {"config", config_.file},
+                          {"socket", config_.socket_path},
+                          {"state_dir", config_.state_dir}}},
+                        {"pools", std::move(pools)},
+                        {"errors", RecentProblems()}};
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 void Runtime::RequestStop() {
   stop_requested_ = true;
@@ -306,11 +351,14 @@ Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view paylo
       out.Put<uint32_t>(p->id());
       return out.Take();
     }
+    case AdminMethod::kRuntimeStats:
+      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("RuntimeStats"));
+      return EncodeRuntimeStats(Stats());
     case AdminMethod::kListPools: {
       CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("ListPools"));
-      out.Put<uint32_t>(static_cast<uint32_t>(pools_.size()));
-      for (const auto& p : pools_) out.Put<uint32_t>(p->id()).PutBytes(p->name()).PutBytes(p->module_name()).PutBytes(p->Describe());
-      return out.Take();
+      std::vector<PoolInfo> list;
+      for (const auto& p : pools_) list.push_back({p->id(), p->name(), p->module_name(), p->Describe()});
+      return EncodePoolList(list);
     }
   }
   return Status(Code::kNotSupported, "unknown admin method " + std::to_string(method));

@@ -11,6 +11,7 @@
 
 #include "common/thread_annotations.h"
 #include "daemon/config.h"
+#include "daemon/ipc.h"
 #include "daemon/pool.h"
 
 namespace clio {
@@ -42,6 +43,12 @@ class Runtime : public PoolRegistry {
 
   // The HTTP port actually serving (0 when off or when it could not bind).
   uint32_t http_port() const;
+  // pid, uptime, workers, client connections, pools (AdminMethod::kRuntimeStats).
+  RuntimeStats Stats() const;
+  // GET /api/v1/status: {"runtime": Stats and the config, socket and state paths, "pools":
+  // [{id, name, module, describe, state: the pool's MonitorJson}], "errors": RecentProblems()}.
+  // Read by the dashboard (GET /) and by scripts.
+  std::string StatusJson() const;
 
   Pool* FindByName(std::string_view name) override;
   Pool* FindById(uint32_t id) override;

@@ -38,12 +38,12 @@ Status FsPool::Stop() { return kv_->Sync(); }
 namespace {
 
 // Metric label of each FsMethod, by value; [0] is any unknown method.
-constexpr std::array<const char*, 26> kOpNames = {
+constexpr std::array<const char*, 27> kOpNames = {
     "unknown",  "lookup",   "getattr",  "setattr",  "create",    "mkdir",      "symlink",
     "readlink", "unlink",   "rmdir",    "rename",   "readdir",   "open",       "release",
     "read",     "write",    "fsync",    "flush",    "statfs",    "link",       "mknod",
-    "setxattr", "getxattr", "listxattr", "removexattr", "fallocate"};
-static_assert(static_cast<size_t>(FsMethod::kFallocate) == kOpNames.size() - 1,
+    "setxattr", "getxattr", "listxattr", "removexattr", "fallocate", "locate"};
+static_assert(static_cast<size_t>(FsMethod::kLocate) == kOpNames.size() - 1,
               "kOpNames must name every FsMethod");
 
 constexpr const char* kOpsName = "clio_fs_operations_total";
@@ -258,6 +258,12 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
       d.Get(&ino); d.Get(&mode); d.Get(&offset); d.Get(&length);
       CLIO_RETURN_IF_ERROR(done("fallocate"));
       return Empty(ns_->Fallocate(ino, mode, offset, length));
+    }
+    case FsMethod::kLocate: {
+      d.Get(&ino);
+      CLIO_RETURN_IF_ERROR(done("locate"));
+      CLIO_ASSIGN_OR_RETURN(FileLocation f, ns_->Locate(ino));
+      return EncodeFileLocation(f);
     }
     case FsMethod::kStatfs: {
       CLIO_RETURN_IF_ERROR(done("statfs"));

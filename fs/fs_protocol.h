@@ -94,6 +94,7 @@ enum class FsMethod : uint32_t {
   kListXattr,
   kRemoveXattr,
   kFallocate,
+  kLocate,  // u64 ino -> EncodeFileLocation (`clioctl locate`; not sent by clio-fuse)
 };
 
 // Methods whose effect changes if applied twice; the client never resends them blindly.
@@ -115,5 +116,28 @@ void EncodeSetAttr(Encoder* e, const SetAttrRequest& r);
 bool DecodeSetAttr(Decoder* d, SetAttrRequest* r);
 void EncodeStatfs(Encoder* e, const FsStatfs& s);
 bool DecodeStatfs(Decoder* d, FsStatfs* s);
+
+// Where a regular file's bytes are (`clioctl locate`): per chunk (blob) that exists, each copy
+// with its tier, state and extents on the tier's device.
+struct ChunkCopy {
+  uint64_t tier_id = 0;
+  bool dirty = false;   // not yet flushed to a persistent tier
+  uint64_t bytes = 0;   // written bytes of this copy
+  std::vector<std::pair<uint64_t, uint64_t>> extents;  // (offset, size) on the device
+};
+struct ChunkLocation {
+  uint64_t index = 0;  // the chunk covers [index * chunk_size, (index + 1) * chunk_size)
+  std::vector<ChunkCopy> copies;  // newest first
+};
+struct FileLocation {
+  uint64_t ino = 0;
+  uint64_t size = 0;
+  uint64_t chunk_size = 0;
+  std::vector<ChunkLocation> chunks;  // ascending index; holes have none
+};
+// u64 ino, size, chunk_size, u32 chunks; per chunk u64 index, u32 copies; per copy u64 tier
+// id, u8 dirty, u64 bytes, u32 extents, then (u64 offset, u64 size) each.
+std::string EncodeFileLocation(const FileLocation& f);
+Result<FileLocation> DecodeFileLocation(std::string_view bytes);
 
 }  // namespace clio

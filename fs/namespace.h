@@ -90,6 +90,10 @@ class Namespace {
   // mode 0 (extend the size), FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | KEEP_SIZE.
   Status Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64_t len);
 
+  // The chunks of a regular file and where their copies are (IsDirectory / InvalidArgument for
+  // anything else). A snapshot: the copies may move right after.
+  Result<FileLocation> Locate(uint64_t ino);
+
 
   uint64_t chunk_size() const { return chunk_size_; }
 

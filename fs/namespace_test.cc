@@ -614,3 +614,61 @@ TEST_CASE("unlink says when the inode is gone: last name and not open") {
   CHECK(gone == b);
   CHECK(f.ns->GetAttr(b).status().code() == Code::kNotFound);
 }
+
+TEST_CASE("locate lists each chunk's copies: dirty on RAM, clean on the file tier after fsync") {
+  NsFixture f(/*flush_interval_ms=*/3600000);
+  const uint64_t ino = f.Create(kRootIno, "l");
+  const uint64_t chunk = 1u << 20;
+  REQUIRE(f.ns->Write(ino, 0, std::string(5000, 'a')).ok());
+  REQUIRE(f.ns->Write(ino, 2 * chunk + 100, std::string(3000, 'b')).ok());  // chunk 1 is a hole
+  const std::vector<TierInfo> tiers = f.cte->ListTiers();
+  REQUIRE(tiers.size() == 2);
+  const uint64_t ram = tiers[0].tier_id, file = tiers[1].tier_id;
+  auto loc = f.ns->Locate(ino);
+  REQUIRE_MESSAGE(loc.ok(), loc.status().ToString());
+  CHECK(loc->ino == ino);
+  CHECK(loc->size == 2 * chunk + 3100);
+  CHECK(loc->chunk_size == chunk);
+  REQUIRE(loc->chunks.size() == 2);
+  CHECK(loc->chunks[0].index == 0);
+  CHECK(loc->chunks[1].index == 2);
+  const uint64_t want[] = {5000, 3000};
+  for (size_t i = 0; i < 2; ++i) {
+    REQUIRE(loc->chunks[i].copies.size() == 1);
+    const ChunkCopy& c = loc->chunks[i].copies[0];
+    CHECK(c.tier_id == ram);
+    CHECK(c.dirty);
+    CHECK(c.bytes == want[i]);
+    uint64_t extent_bytes = 0;
+    for (const auto& [off, size] : c.extents) extent_bytes += size;
+    CHECK(extent_bytes >= c.bytes);
+  }
+  REQUIRE(f.ns->Fsync(ino).ok());
+  loc = f.ns->Locate(ino);
+  REQUIRE(loc.ok());
+  REQUIRE(loc->chunks.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    bool on_file = false;
+    for (const ChunkCopy& c : loc->chunks[i].copies) {
+      CHECK_FALSE(c.dirty);
+      if (c.tier_id == file && c.bytes == want[i] && !c.extents.empty()) on_file = true;
+    }
+    CHECK_MESSAGE(on_file, "chunk " << loc->chunks[i].index << " has no clean copy on the file tier");
+  }
+  // What the runtime sends clioctl decodes to the same thing; a cut reply is refused.
+  const std::string wire = EncodeFileLocation(*loc);
+  auto back = DecodeFileLocation(wire);
+  REQUIRE(back.ok());
+  CHECK(back->chunks.size() == 2);
+  CHECK(back->chunks[1].copies.size() == loc->chunks[1].copies.size());
+  CHECK(back->chunks[1].copies[0].extents == loc->chunks[1].copies[0].extents);
+  for (size_t cut : {size_t{0}, size_t{7}, wire.size() - 1})
+    CHECK(DecodeFileLocation(std::string_view(wire).substr(0, cut)).status().code() == Code::kCorruption);
+
+  CHECK(f.ns->Locate(kRootIno).status().code() == Code::kIsDirectory);
+  CHECK(f.ns->Locate(ino + 1000).status().code() == Code::kNotFound);
+  const uint64_t empty = f.Create(kRootIno, "empty");
+  loc = f.ns->Locate(empty);
+  REQUIRE(loc.ok());
+  CHECK(loc->chunks.empty());
+}

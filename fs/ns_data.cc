@@ -120,6 +120,30 @@ Status Namespace::Fsync(uint64_t ino) {
   return kv_->Sync();
 }
 
+Result<FileLocation> Namespace::Locate(uint64_t ino) {
+  CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
+  if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "locate of a directory (it has no data chunks)");
+  if (!S_ISREG(a.mode)) return InvalidArgument("locate of a special file (it has no data chunks)");
+  FileLocation f;
+  f.ino = ino;
+  f.size = a.size;
+  f.chunk_size = chunk_size_;
+  CLIO_ASSIGN_OR_RETURN(std::vector<uint64_t> blobs, cte_->ListBlobs(ino));
+  for (uint64_t blob : blobs) {
+    CLIO_ASSIGN_OR_RETURN(std::vector<CopyLocation> copies, cte_->LocateBlob(ino, blob));
+    if (copies.empty()) continue;  // removed since it was listed
+    ChunkLocation c;
+    c.index = blob;
+    for (const CopyLocation& l : copies) {
+      ChunkCopy k{l.tier_id, l.dirty, l.bytes, {}};
+      for (const Extent& e : l.extents) k.extents.emplace_back(e.offset, e.size);
+      c.copies.push_back(std::move(k));
+    }
+    f.chunks.push_back(std::move(c));
+  }
+  return f;
+}
+
 Status Namespace::Flush(uint64_t ino, bool* clean) {
   bool dirty = true;
   Status s = cte_->TakeFlushError(ino, &dirty);

@@ -356,7 +356,7 @@ Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   std::vector<CopyLocation> out;
   for (const BlobCopy& c : e.copies)
-    out.push_back({c.tier_id, c.state == CopyState::kDirty, c.written.bytes()});
+    out.push_back({c.tier_id, c.state == CopyState::kDirty, c.written.bytes(), c.extents});
   return out;
 }
 

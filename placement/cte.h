@@ -130,7 +130,7 @@ struct ReorganizeStats {
   uint64_t skipped = 0;         // candidates that changed meanwhile or found no room
 };
 
-// Write-back counters (read by tests; not yet exported to `clioctl` or metrics).
+// Write-back counters (`clioctl stat`, /metrics, tests).
 struct WritebackStats {
   std::vector<DirtyLedger::TierCounters> dirty;  // one per volatile tier
   uint64_t reserved = 0;             // bytes reserved on the persistent tiers for flushes
@@ -142,6 +142,7 @@ struct WritebackStats {
   uint64_t flush_failures = 0;       // background flushes that failed (and will retry)
   uint64_t flush_passes = 0;         // background flusher passes completed (each flushes every
                                      // blob that was dirty when it began)
+  double oldest_dirty_s = 0;         // age of the oldest dirty blob (the flush lag now); 0: none
 };
 
 // One copy of a blob, as LocateBlob reports it.
@@ -149,6 +150,7 @@ struct CopyLocation {
   uint64_t tier_id = 0;
   bool dirty = false;
   uint64_t bytes = 0;  // written bytes of this copy
+  ExtentList extents;  // where the copy lies on its tier's device
   bool operator==(const CopyLocation&) const = default;
 };
 

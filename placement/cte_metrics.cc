@@ -59,18 +59,11 @@ std::vector<metrics::Sample> Cte::SampleMetrics() {
     out.push_back({"clio_cte_drained_bytes_total", "Bytes drains moved off a tier", {{"tier", t->name}},
                    static_cast<double>(t->drained_bytes.load()), Kind::kCounter});
   }
-  double oldest = 0;
-  {
-    MutexLock d(&dirty_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& [key, since] : dirty_)
-      oldest = std::max(oldest, std::chrono::duration<double>(now - since).count());
-  }
   auto add = [&](const char* name, const char* help, double v, Kind kind = Kind::kGauge) {
     out.push_back({name, help, {}, v, kind});
   };
   add("clio_cte_dirty_blobs", "Blobs waiting for the flusher", static_cast<double>(w.dirty_blobs));
-  add("clio_cte_oldest_dirty_seconds", "Age of the oldest dirty blob (the flush lag now)", oldest);
+  add("clio_cte_oldest_dirty_seconds", "Age of the oldest dirty blob (the flush lag now)", w.oldest_dirty_s);
   add("clio_cte_flush_reserved_bytes", "Bytes reserved on persistent tiers for flushes",
       static_cast<double>(w.reserved));
   add("clio_cte_dirty_waits_total", "Writers that waited for a tier's dirty limit",

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "common/codec.h"
 #include "common/log.h"
@@ -322,6 +324,15 @@ Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
       CLIO_RETURN_IF_ERROR(cte_->RemoveTier(id));
       return std::string();
     }
+    case CteMethod::kWriteback:
+      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("clio_cte_core Writeback"));
+      return EncodeWritebackStats(cte_->GetWritebackStats());
+    case CteMethod::kFlushAll:
+      // What fsync gives one file, for every file: flushed copies, then a durable index.
+      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("clio_cte_core FlushAll"));
+      CLIO_RETURN_IF_ERROR(cte_->FlushAll());
+      CLIO_RETURN_IF_ERROR(kv_->Sync());
+      return std::string();
     case CteMethod::kReorganize: {
       Decoder d(payload);
       CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core Reorganize"));
@@ -379,6 +390,89 @@ Result<ReorganizeStats> DecodeReorganizeStats(std::string_view bytes) {
     d.Get(f);
   CLIO_RETURN_IF_ERROR(d.Finish("reorganize stats"));
   return s;
+}
+
+nlohmann::json TierJson(const TierInfo& t) {
+  return {{"name", t.name},
+          {"id", t.tier_id},
+          {"type", BdevTypeName(t.stats.type)},
+          {"capacity", t.stats.capacity},
+          {"used", t.stats.used},
+          {"remaining", t.stats.remaining},
+          {"score", t.score},
+          {"persistence", PersistenceName(t.stats.persistence)},
+          {"backend", t.stats.backend},
+          {"lifetime_days", t.stats.lifetime_days},
+          {"health", t.stats.health}};
+}
+
+nlohmann::json CteStatusJson(const std::vector<TierInfo>& tiers, const WritebackStats& w) {
+  std::map<uint64_t, DirtyLedger::TierCounters> dirty;  // volatile tiers, by id
+  uint64_t dirty_total = 0;
+  for (const DirtyLedger::TierCounters& d : w.dirty) {
+    dirty[d.tier_id] = d;
+    dirty_total += d.dirty;
+  }
+  nlohmann::json t = nlohmann::json::array();
+  for (const TierInfo& info : tiers) {
+    nlohmann::json j = TierJson(info);
+    auto it = dirty.find(info.tier_id);
+    j["dirty"] = it != dirty.end() ? it->second.dirty : 0;
+    j["dirty_limit"] = it != dirty.end() ? nlohmann::json(it->second.limit) : nlohmann::json(nullptr);
+    t.push_back(std::move(j));
+  }
+  return {{"tiers", std::move(t)},
+          {"writeback",
+           {{"dirty_bytes", dirty_total},
+            {"dirty_blobs", w.dirty_blobs},
+            {"oldest_dirty_s", w.oldest_dirty_s},
+            {"reserved_bytes", w.reserved},
+            {"flush_passes", w.flush_passes},
+            {"flush_failures", w.flush_failures},
+            {"dirty_waits", w.dirty_waits},
+            {"dirty_wait_timeouts", w.dirty_wait_timeouts},
+            {"evictions", w.evictions},
+            {"evicted_bytes", w.evicted_bytes}}}};
+}
+
+std::string CtePool::MonitorJson() const {
+  // Tier names come from the config and may hold any bytes: never throw on bad UTF-8.
+  return CteStatusJson(cte_->ListTiers(), cte_->GetWritebackStats())
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string EncodeWritebackStats(const WritebackStats& w) {
+  Encoder e;
+  e.Put<uint32_t>(static_cast<uint32_t>(w.dirty.size()));
+  for (const DirtyLedger::TierCounters& c : w.dirty)
+    e.Put<uint64_t>(c.tier_id).Put<uint64_t>(c.limit).Put<uint64_t>(c.dirty).Put<uint64_t>(c.peak);
+  for (uint64_t v : {w.reserved, w.dirty_blobs, w.dirty_waits, w.dirty_wait_timeouts, w.evictions,
+                     w.evicted_bytes, w.flush_failures, w.flush_passes})
+    e.Put<uint64_t>(v);
+  e.Put<double>(w.oldest_dirty_s);
+  return e.Take();
+}
+
+Result<WritebackStats> DecodeWritebackStats(std::string_view bytes) {
+  Decoder d(bytes);
+  WritebackStats w;
+  uint32_t n = 0;
+  d.Get(&n);
+  if (n > bytes.size() / 32) return Corruption("writeback stats: impossible tier count");
+  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+    DirtyLedger::TierCounters c;
+    d.Get(&c.tier_id);
+    d.Get(&c.limit);
+    d.Get(&c.dirty);
+    d.Get(&c.peak);
+    w.dirty.push_back(c);
+  }
+  for (uint64_t* f : {&w.reserved, &w.dirty_blobs, &w.dirty_waits, &w.dirty_wait_timeouts, &w.evictions,
+                      &w.evicted_bytes, &w.flush_failures, &w.flush_passes})
+    d.Get(f);
+  d.Get(&w.oldest_dirty_s);
+  CLIO_RETURN_IF_ERROR(d.Finish("writeback stats"));
+  return w;
 }
 
 Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {

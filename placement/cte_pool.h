@@ -1,6 +1,7 @@
 // Runtime glue of the CTE core: module "clio_cte_core" as a pool, and its client messages.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,9 @@ enum class CteMethod : uint32_t {
   kReorganize = 15,     // empty -> EncodeReorganizeStats (one pass now)
   kAddTier = 16,        // EncodeTierSpec -> EncodeTierList of the new tier
   kRemoveTier = 17,     // u64 tier id -> empty (a drained, empty tier)
+  kWriteback = 18,      // empty -> EncodeWritebackStats
+  kFlushAll = 19,       // empty -> empty, once every blob dirty at the call is flushed and the
+                        // metadata is durable (blocks a worker, like kDrain)
 };
 
 class CtePool : public Pool {
@@ -33,6 +37,8 @@ class CtePool : public Pool {
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   Status Stop() override { return cte_->Stop(); }
   std::string Describe() const override;
+  // CteStatusJson of the tiers and write-back counters now.
+  std::string MonitorJson() const override;
   Cte* cte() { return cte_.get(); }
 
  private:
@@ -88,5 +94,19 @@ Result<DrainProgress> DecodeDrainProgress(std::string_view bytes);
 std::string EncodeReorganizeStats(const ReorganizeStats& s);
 Result<ReorganizeStats> DecodeReorganizeStats(std::string_view bytes);
 Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes);
+// u32 n, per volatile tier (u64 tier id, limit, dirty, peak); then u64 reserved, dirty_blobs,
+// dirty_waits, dirty_wait_timeouts, evictions, evicted_bytes, flush_failures, flush_passes,
+// f64 oldest_dirty_s.
+std::string EncodeWritebackStats(const WritebackStats& w);
+
+// A tier as `clioctl tier stat --json` prints it: name, id, type, capacity, used, remaining,
+// score, persistence, backend, lifetime_days, health.
+nlohmann::json TierJson(const TierInfo& t);
+// {"tiers": [TierJson and "dirty" (bytes), "dirty_limit" (null on persistent tiers, which hold
+// no dirty copies)], "writeback": {dirty_bytes, dirty_blobs, oldest_dirty_s, reserved_bytes,
+// flush_passes, flush_failures, dirty_waits, dirty_wait_timeouts, evictions, evicted_bytes}}:
+// `clioctl stat --json`, the CTE pool's MonitorJson and the dashboard.
+nlohmann::json CteStatusJson(const std::vector<TierInfo>& tiers, const WritebackStats& w);
+Result<WritebackStats> DecodeWritebackStats(std::string_view bytes);
 
 }  // namespace clio

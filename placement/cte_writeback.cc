@@ -336,6 +336,9 @@ WritebackStats Cte::GetWritebackStats() {
   w.flush_passes = flush_passes_.load();
   MutexLock d(&dirty_mu_);
   w.dirty_blobs = dirty_.size();
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [key, since] : dirty_)
+    w.oldest_dirty_s = std::max(w.oldest_dirty_s, std::chrono::duration<double>(now - since).count());
   return w;
 }
 

@@ -483,3 +483,45 @@ TEST_CASE("a clean stop flushes every dirty blob; after the restart each is whol
   }
   CHECK(f.cte->GetWritebackStats().dirty_blobs == 0);
 }
+
+TEST_CASE("the CTE pool serves Writeback and FlushAll: dirty counters, then nothing dirty") {
+  WbFixture f;
+  for (uint64_t b = 0; b < 3; ++b) REQUIRE(f.cte->PutBlob(5, b, 0, std::string(300000, 'w')).ok());
+  const uint64_t ram = f.RamId(), file = f.FileId();
+  CtePool pool(std::move(f.cte), f.kv.get(), 0);
+  auto call = [&](CteMethod m, const std::string& payload = "") {
+    return pool.Handle(static_cast<uint32_t>(m), payload);
+  };
+  auto before = DecodeWritebackStats(*call(CteMethod::kWriteback));
+  REQUIRE(before.ok());
+  CHECK(before->dirty_blobs == 3);
+  REQUIRE(before->dirty.size() == 1);  // the one volatile tier
+  CHECK(before->dirty[0].tier_id == ram);
+  CHECK(before->dirty[0].dirty >= 3 * 300000);
+  CHECK(before->dirty[0].limit == 4 * MiB);  // half the RAM tier
+  CHECK(before->reserved >= 3 * 300000);     // room held on the file tier for the flushes
+
+  REQUIRE(call(CteMethod::kFlushAll).ok());
+  auto after = DecodeWritebackStats(*call(CteMethod::kWriteback));
+  REQUIRE(after.ok());
+  CHECK(after->dirty_blobs == 0);
+  CHECK(after->dirty[0].dirty == 0);
+  CHECK(after->dirty[0].peak == before->dirty[0].dirty);
+  CHECK(after->oldest_dirty_s == 0);
+  for (uint64_t b = 0; b < 3; ++b) {
+    auto where = pool.cte()->LocateBlob(5, b);
+    REQUIRE(where.ok());
+    bool on_file = false;
+    for (const CopyLocation& c : *where) {
+      CHECK_FALSE(c.dirty);
+      on_file |= c.tier_id == file && c.bytes == 300000 && TotalSize(c.extents) >= 300000;
+    }
+    CHECK_MESSAGE(on_file, "blob " << b << " has no clean copy on the file tier");
+  }
+  // Requests with a payload they do not take, and cut replies, are refused.
+  CHECK(call(CteMethod::kWriteback, "x").status().code() == Code::kCorruption);
+  CHECK(call(CteMethod::kFlushAll, "x").status().code() == Code::kCorruption);
+  const std::string wire = *call(CteMethod::kWriteback);
+  CHECK(DecodeWritebackStats(std::string_view(wire).substr(0, wire.size() - 1)).status().code() == Code::kCorruption);
+  CHECK(DecodeWritebackStats("").status().code() == Code::kCorruption);
+}

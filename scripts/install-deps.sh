@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that building, running and testing CLIO needs.
+#   install-deps.sh           what scripts/run.sh needs, and the unit and integration tests
+#   install-deps.sh --tests   also the large test-only tools (chromium for the dashboard test)
 # Idempotent: re-running it only checks that the packages are present.
 set -euo pipefail
 
@@ -23,6 +25,13 @@ PACKAGES=(
   # GPU runtime for the hbm and pinned tiers (CMake option CLIO_WITH_HIP, on by default)
   libamdhip64-dev
 )
+# The dashboard test loads the runtime's page in headless Chromium and screenshots it (~100 MB:
+# only for scripts/test.sh, not for a plain run).
+case "${1:-}" in
+  "") ;;
+  --tests) PACKAGES+=(chromium fonts-dejavu-core) ;;
+  *) echo "usage: scripts/install-deps.sh [--tests]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -31,10 +31,9 @@ class BdevPool : public Pool {
   // The device itself, for in-process callers (BdevClient runs allocate, free, read and write
   // inline on it). Owned by the pool.
   Bdev* bdev() const { return bdev_.get(); }
+  std::string MonitorJson() const override;
 
  private:
-  std::string MonitorJson() const;
-
   const std::unique_ptr<Bdev> bdev_;
 };
 

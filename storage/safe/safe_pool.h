@@ -29,9 +29,9 @@ class SafeBdevPool : public BdevPool {
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   std::string Describe() const override;
   SafeArray* array() const { return array_; }
+  std::string MonitorJson() const override;
 
  private:
-  std::string MonitorJson() const;
   Result<SafeMember> Resolve(const std::string& ref) const;
 
   SafeArray* const array_;

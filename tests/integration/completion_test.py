@@ -41,7 +41,9 @@ def main():
     try:
         env.write_config()
         cases = [
-            (["clioctl", ""], ["tier", "pool", "array"]),
+            (["clioctl", ""], ["stat", "flush", "locate", "tier", "pool", "array"]),
+            (["clioctl", "locate", "--"], ["--json", "--help", "--pool"]),
+            (["clioctl", "flush", "/et"], ["/etc"]),
             (["clioctl", "pool", ""], ["list"]),
             (["clioctl", "ti"], ["tier"]),
             (["clioctl", "--json", "tier", ""], ["stat", "lifespan", "drain", "undrain", "add", "rm"]),

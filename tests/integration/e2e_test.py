@@ -4,14 +4,14 @@
 Usage:
     python3 tests/integration/e2e_test.py --build-dir build [--only SCENARIO] [--keep]
 
-Scenarios: clean_restart, kill9_restart, power_cut, bad_input, s3_restart, s3_kill9, full_disk
-(see README.md).
+Scenarios: see SCENARIOS below and README.md.
 Python 3 standard library only. Needs /dev/fuse and fusermount3. The last line printed is
 "N passed, M failed"; the exit status is non-zero when anything failed.
 """
 
 import argparse
 import hashlib
+import html.parser
 import errno as errno_mod
 import json
 import os
@@ -32,7 +32,8 @@ MiB = 1024 * 1024
 CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
 SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
-             "s3_kill9", "full_disk", "tier_ops", "attached_pool", "safe_bdev", "metrics")
+             "s3_kill9", "full_disk", "tier_ops", "attached_pool", "safe_bdev", "metrics",
+             "admin_ops", "dashboard")
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
@@ -517,6 +518,26 @@ class Env:
 # ----------------------------------------------------------------------------------------------
 # Content checks
 # ----------------------------------------------------------------------------------------------
+
+def run_with_tty_stderr(argv, env):
+    """Runs argv with stderr on a pseudo-terminal (so clioctl draws its progress line) and
+    stdout on a pipe. Returns (process, stdout bytes, everything written to the terminal)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    tty_out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        tty_out += chunk
+    os.close(master)
+    out, _ = proc.communicate(timeout=CMD_TIMEOUT)
+    return proc, out, tty_out
+
 
 def sha(b):
     return hashlib.sha256(b).hexdigest()
@@ -1186,21 +1207,7 @@ def scenario_tier_ops(env):
           "removing a tier that holds data\n" + describe(cp))
     # On a terminal the drain draws a progress line (bytes left and moved, rate, time left) on
     # stderr, ending with the final figures.
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([env.clioctl, "tier", "drain", added_path], env=env.env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=slave)
-    os.close(slave)
-    tty_out = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the other side closed
-            break
-        if not chunk:
-            break
-        tty_out += chunk
-    os.close(master)
-    out, _ = proc.communicate(timeout=CMD_TIMEOUT)
+    proc, out, tty_out = run_with_tty_stderr([env.clioctl, "tier", "drain", added_path], env.env())
     check(proc.returncode == 0, f"drain of the added tier: exit {proc.returncode}\n{_text(out)}{_text(tty_out)}")
     check(b"0 B left" in tty_out and b"moved" in tty_out and b"/s" in tty_out,
           f"no progress line on the terminal: {tty_out!r}")
@@ -1636,6 +1643,280 @@ def scenario_metrics(env):
     env.stop_runtime()
 
 
+def scenario_admin_ops(env):
+    """clioctl stat, locate and flush on a running node with the flusher held back: stat shows
+    the workers, clients, pools and each tier's dirty bytes; locate shows every chunk of a file
+    dirty on the RAM tier, then clean on the disk tier once `flush FILE` ran; `flush DIR` and
+    `flush` empty the flush queue, and what they flushed survives kill -9; wrong paths, a
+    wrong pool, bad usage and a stopped daemon each give their exit code and say why."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    # No background flush: only clioctl flush moves dirty copies to the disk tier.
+    env.write_config(env.config_text().replace("    flush_interval_ms: 500\n",
+                                               "    flush_interval_ms: 3600000\n", 1))
+    env.start_runtime()
+    env.mount()
+
+    def ctl(*args):
+        return run_cmd([env.clioctl, *args], env=env.env())
+
+    def ctl_json(*args):
+        cp = ctl(*args, "--json")
+        check(cp.returncode == 0, f"clioctl {' '.join(args)} --json failed\n" + describe(cp))
+        try:
+            return json.loads(_text(cp.stdout))
+        except json.JSONDecodeError as e:
+            raise TestFailure(f"clioctl {' '.join(args)} --json printed invalid JSON ({e}):\n{_text(cp.stdout)}")
+
+    tiers = env.tier_stat()
+    ram = next(t["name"] for t in tiers if t["type"] == "ram")
+    disk = next(t["name"] for t in tiers if t["type"] == "file")
+    a_path = os.path.join(env.mnt, "a.bin")
+    sub = os.path.join(env.mnt, "sub")
+    b_path, c_path = os.path.join(sub, "b.bin"), os.path.join(sub, "c.bin")
+    a, b, c = os.urandom(3 * MiB + 512 * KiB), os.urandom(200 * KiB), os.urandom(700 * KiB)
+    os.mkdir(sub)
+    for path, data in ((a_path, a), (b_path, b)):
+        with open(path, "wb") as f:  # closed, not fsynced: dirty on the RAM tier
+            f.write(data)
+
+    st = ctl_json("stat")
+    rt = st["runtime"]
+    check(rt["worker_threads"] == 4 and rt["pools"] == 2 and rt["pid"] == env.runtime_pid(),
+          f"stat runtime: {rt}")
+    # clio-fuse keeps connections open, and clioctl's own counts.
+    check(rt["client_connections"] >= 2, f"stat counts {rt['client_connections']} client connections")
+    check([t["name"] for t in st["tiers"]] == [t["name"] for t in tiers],
+          f"stat tiers {st['tiers']} differ from tier stat {tiers}")
+    by_name = {t["name"]: t for t in st["tiers"]}
+    check(by_name[ram]["dirty"] >= len(a) + len(b) and isinstance(by_name[ram]["dirty_limit"], int),
+          f"stat: the RAM tier's dirty bytes after {len(a) + len(b)} bytes written: {by_name[ram]}")
+    check(by_name[disk]["dirty"] == 0 and by_name[disk]["dirty_limit"] is None,
+          f"stat: the disk tier has dirty bytes: {by_name[disk]}")
+    wb = st["writeback"]
+    check(wb["dirty_blobs"] == 5 and wb["dirty_bytes"] == by_name[ram]["dirty"],
+          f"stat writeback after writing 4 + 1 chunks: {wb}")
+    cp = ctl("stat")
+    check(cp.returncode == 0 and "4 worker threads" in _text(cp.stdout) and "in 5 blobs" in _text(cp.stdout),
+          "stat table\n" + describe(cp))
+
+    def chunk_sizes(data):
+        return [min(MiB, len(data) - i) for i in range(0, len(data), MiB)]
+
+    loc = ctl_json("locate", a_path)
+    check(loc["size"] == len(a) and loc["chunk_size"] == MiB and loc["mount"] == env.mnt,
+          f"locate header: { {k: v for k, v in loc.items() if k != 'chunks'} }")
+    check([ch["index"] for ch in loc["chunks"]] == [0, 1, 2, 3] and
+          [ch["offset"] for ch in loc["chunks"]] == [0, MiB, 2 * MiB, 3 * MiB],
+          f"locate chunks: {[(ch['index'], ch['offset']) for ch in loc['chunks']]}")
+    for ch, size in zip(loc["chunks"], chunk_sizes(a)):
+        check(len(ch["copies"]) == 1, f"chunk {ch['index']} before flush: {ch['copies']}")
+        cp0 = ch["copies"][0]
+        check(cp0["tier"] == ram and cp0["dirty"] and cp0["bytes"] == size and
+              sum(e["size"] for e in cp0["extents"]) >= size,
+              f"chunk {ch['index']} before flush: expected {size} dirty bytes on {ram}: {cp0}")
+
+    cp = ctl("flush", a_path)
+    check(cp.returncode == 0 and a_path in _text(cp.stdout), "flush FILE\n" + describe(cp))
+    loc = ctl_json("locate", a_path)
+    for ch, size in zip(loc["chunks"], chunk_sizes(a)):
+        check(not any(k["dirty"] for k in ch["copies"]) and
+              any(k["tier"] == disk and k["bytes"] == size and k["extents"] for k in ch["copies"]),
+              f"chunk {ch['index']} after flush: expected {size} clean bytes on {disk}: {ch['copies']}")
+    cp = ctl("locate", a_path)
+    check(cp.returncode == 0 and "4 chunks of 1 MiB" in _text(cp.stdout) and disk in _text(cp.stdout)
+          and "dirty" not in _text(cp.stdout).split("\n", 2)[-1], "locate table\n" + describe(cp))
+    check(ctl_json("stat")["writeback"]["dirty_blobs"] == 1, "flush FILE left other files' blobs dirty")
+
+    with open(c_path, "wb") as f:
+        f.write(c)
+    out = ctl_json("flush", sub)
+    check(out["files"] == 2 and out["directories"] == 1 and out["bytes"] == len(b) + len(c) and not out["errors"],
+          f"flush DIR: {out}")
+    check(ctl_json("stat")["writeback"]["dirty_blobs"] == 0, "flush DIR left its files dirty")
+    d_path = os.path.join(env.mnt, "d.bin")
+    with open(d_path, "wb") as f:
+        f.write(b"d" * (300 * KiB))
+    out = ctl_json("flush")
+    check(out["dirty_blobs_before"] == 1 and out["dirty_blobs_after"] == 0 and
+          out["dirty_bytes_before"] >= 300 * KiB and out["dirty_bytes_after"] == 0, f"flush (all): {out}")
+    # On a terminal, flush draws a progress line on stderr ending with nothing left.
+    e_path = os.path.join(env.mnt, "e.bin")
+    with open(e_path, "wb") as f:
+        f.write(b"e" * (2 * MiB))
+    proc, out, tty_out = run_with_tty_stderr([env.clioctl, "flush"], env.env())
+    check(proc.returncode == 0 and b"in 2 dirty blobs" in out, f"flush on a terminal: exit {proc.returncode}\n"
+          f"{_text(out)}{_text(tty_out)}")
+    check(b"0 B left" in tty_out and b"flushed" in tty_out and b"/s" in tty_out,
+          f"no flush progress line on the terminal: {tty_out!r}")
+
+    # Error paths, daemon up.
+    for args, code, needle in (
+            (("locate", os.path.join(env.mnt, "nosuch")), 1, "No such file"),
+            (("locate", env.conf), 1, "not on a CLIO mount"),
+            (("locate", sub), 1, "is a directory"),
+            (("locate", a_path, "--pool", "nosuch"), 1, "no clio_fs pool named 'nosuch'"),
+            (("locate",), 2, "path is required"),
+            (("flush", env.conf), 1, "not on a CLIO mount"),
+            (("flush", a_path, "extra"), 2, "extra"),
+            (("stat", "--bogus"), 2, "--bogus")):
+        cp = ctl(*args)
+        check(cp.returncode == code and needle in _text(cp.stderr) + _text(cp.stdout),
+              f"clioctl {' '.join(args)}: expected exit {code} saying {needle!r}\n" + describe(cp))
+
+    # What the flushes made durable survives kill -9 of the runtime and of clio-fuse.
+    env.crash()
+    env.start_runtime()
+    env.mount()
+    for path, data in ((a_path, a), (b_path, b), (c_path, c), (d_path, b"d" * (300 * KiB)),
+                       (e_path, b"e" * (2 * MiB))):
+        check_exact(path, data, "after flush and kill -9")
+    env.unmount()
+    env.stop_runtime()
+    for args in (("stat",), ("flush",)):
+        cp = ctl(*args)
+        check(cp.returncode == 1 and os.path.join(env.T, "clio.sock") in _text(cp.stderr),
+              f"clioctl {' '.join(args)} with the daemon stopped: exit 1 naming the socket\n" + describe(cp))
+
+
+class _DashboardTables(html.parser.HTMLParser):
+    """Collects, from the dashboard's rendered DOM, each row of table#tiers (data-tier, and
+    every cell's data-field -> data-value or text), the data-pool of each row of table#pools,
+    the items of ul#errors, and body's data-refreshes."""
+
+    def __init__(self):
+        super().__init__()
+        self.tiers, self.pools, self.errors = {}, [], []
+        self.refreshes = None
+        self._table = self._row = self._field = None
+        self._in_error = False
+        self._text = ""
+        self._value = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.refreshes = int(a.get("data-refreshes", "0"))
+        elif tag == "table":
+            self._table = a.get("id")
+        elif tag == "tr" and self._table == "tiers" and "data-tier" in a:
+            self._row = self.tiers.setdefault(a["data-tier"], {})
+        elif tag == "tr" and self._table == "pools" and "data-pool" in a:
+            self.pools.append(a["data-pool"])
+        elif tag == "td" and self._row is not None and "data-field" in a:
+            self._field, self._value, self._text = a["data-field"], a.get("data-value"), ""
+        elif tag == "li":
+            self._in_error, self._text = True, ""
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._field is not None:
+            self._row[self._field] = self._value if self._value is not None else self._text
+            self._field = None
+        elif tag == "tr":
+            self._row = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "li" and self._in_error:
+            self.errors.append(self._text)
+            self._in_error = False
+
+    def handle_data(self, data):
+        if self._field is not None or self._in_error:
+            self._text += data
+
+
+def scenario_dashboard(env):
+    """The runtime's dashboard (GET /) in headless Chromium: after it has refreshed itself
+    more than once, its tiers table equals `clioctl tier stat --json` and `clioctl stat --json`
+    (capacity, used, dirty, lifespan, score, persistence), its pools table lists the composed
+    pools, and a malformed client frame shows under recent errors. /api/v1/status carries the
+    same. A screenshot is saved as a test artifact (CLIO_TEST_ARTIFACTS, else
+    <build>/test-artifacts/dashboard.png)."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    chromium = shutil.which("chromium")
+    check(chromium is not None, "chromium is not installed (scripts/install-deps.sh installs it)")
+    port = free_port()
+    text = env.config_text().replace('  num_threads: 4\n', f'  num_threads: 4\n  http_port: {port}\n', 1)
+    # Nothing moves by itself under the comparisons: no background flush, no reorganizer.
+    text = text.replace("    flush_interval_ms: 500\n", "    flush_interval_ms: 3600000\n    reorganize: false\n", 1)
+    env.write_config(text)
+    env.start_runtime()
+    env.mount()
+    for i in range(3):
+        with open(os.path.join(env.mnt, f"f{i}.bin"), "wb") as f:
+            f.write(os.urandom(700 * KiB + i * 4099))
+    # A broken client frame: the runtime drops that connection and logs a warning.
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.path.join(env.T, "clio.sock"))
+        s.sendall(b"NOTCLIO!" * 4)
+        s.settimeout(30)
+        check(s.recv(1) == b"", "the runtime answered a frame with a bad magic")
+    base = f"http://127.0.0.1:{port}"
+    import urllib.request
+    import urllib.error
+
+    def status():
+        with urllib.request.urlopen(base + "/api/v1/status", timeout=30) as r:
+            check(r.headers.get_content_type() == "application/json",
+                  f"/api/v1/status content type {r.headers.get_content_type()}")
+            return json.loads(r.read())
+
+    st = wait_until(lambda: (lambda j: j if any("dropping client connection" in e for e in j["errors"]) else None)(status()),
+                    "the dropped connection's warning in /api/v1/status")
+    check(st["runtime"]["worker_threads"] == 4 and st["runtime"]["pid"] == env.runtime_pid() and
+          st["runtime"]["config"] == env.conf, f"/api/v1/status runtime: {st['runtime']}")
+    check([p["name"] for p in st["pools"]] == ["clio_cte_core", "clio_fs"], f"pools: {st['pools']}")
+    tiers = env.tier_stat()
+    cte_state = st["pools"][0]["state"]
+    check([t["name"] for t in cte_state["tiers"]] == [t["name"] for t in tiers],
+          f"/api/v1/status tiers {cte_state['tiers']} differ from tier stat {tiers}")
+    try:
+        urllib.request.urlopen(base + "/nothing", timeout=30)
+        check(False, "GET /nothing answered 200")
+    except urllib.error.HTTPError as e:
+        check(e.code == 404 and b"/api/v1/status" in e.read(), f"GET /nothing: {e.code}")
+
+    profile = os.path.join(env.T, "chromium")
+    common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+              "--virtual-time-budget=7000"]
+    cp = run_cmd(common + ["--dump-dom", base + "/"], env=env.env())
+    check(cp.returncode == 0 and "<table" in _text(cp.stdout), "chromium --dump-dom of the dashboard\n" + describe(cp))
+    page = _DashboardTables()
+    page.feed(_text(cp.stdout))
+    check(page.refreshes is not None and page.refreshes >= 2,
+          f"the dashboard refreshed {page.refreshes} times in 7 s of page time (every 2 s expected)")
+    stat = {t["name"]: t for t in json.loads(_text(run_cmd([env.clioctl, "stat", "--json"], env=env.env()).stdout))["tiers"]}
+    check(sorted(page.tiers) == sorted(t["name"] for t in tiers),
+          f"dashboard tiers {sorted(page.tiers)} differ from tier stat {[t['name'] for t in tiers]}")
+    for t in tiers:
+        row = page.tiers[t["name"]]
+        for field in ("capacity", "used", "lifetime_days", "score"):
+            check(float(row[field]) == float(t[field]),
+                  f"dashboard {t['name']} {field} = {row[field]}, tier stat says {t[field]}")
+        check(row["type"] == t["type"] and row["persistence"] == t["persistence"],
+              f"dashboard {t['name']}: {row} vs {t}")
+        check(int(row["dirty"]) == stat[t["name"]]["dirty"],
+              f"dashboard {t['name']} dirty = {row['dirty']}, clioctl stat says {stat[t['name']]['dirty']}")
+    ram = next(t["name"] for t in tiers if t["type"] == "ram")
+    check(int(page.tiers[ram]["dirty"]) > 0, f"the RAM tier shows no dirty bytes: {page.tiers[ram]}")
+    check(page.pools == ["clio_cte_core", "clio_fs"], f"dashboard pools: {page.pools}")
+    check(any("dropping client connection" in e for e in page.errors), f"dashboard errors: {page.errors}")
+
+    artifacts = os.environ.get("CLIO_TEST_ARTIFACTS") or os.path.join(env.build_dir, "test-artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    shot = os.path.join(artifacts, "dashboard.png")
+    if os.path.exists(shot):
+        os.unlink(shot)
+    cp = run_cmd(common + ["--window-size=1400,1000", f"--screenshot={shot}", base + "/"], env=env.env())
+    check(cp.returncode == 0 and os.path.exists(shot), "chromium --screenshot\n" + describe(cp))
+    with open(shot, "rb") as f:
+        png = f.read()
+    check(png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10000, f"the screenshot is not a PNG ({len(png)} bytes)")
+    log(f"dashboard screenshot: {shot}")
+    env.unmount()
+    env.stop_runtime()
+
+
 def _expect_config_refused(env, conf, needles, what):
     cp = run_cmd([env.clio_run, "start"], env=env.env(conf=conf))
     err = _text(cp.stderr)
@@ -1747,6 +2028,8 @@ SCENARIO_FUNCS = {
     "attached_pool": scenario_attached_pool,
     "safe_bdev": scenario_safe_bdev,
     "metrics": scenario_metrics,
+    "admin_ops": scenario_admin_ops,
+    "dashboard": scenario_dashboard,
 }
 
 
