@@ -1,4 +1,5 @@
-// clio_run: the runtime daemon. `start [--foreground] [--fresh]`, `stop`, `status`.
+// clio_run: the runtime daemon. `start [--foreground] [--fresh]`, `stop`, `status`,
+// `compose start|stop FILE` (the same as clioctl's).
 // This is the composition root: the only place that names every module's factory.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cli/commands.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "daemon/config.h"
@@ -96,8 +98,16 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
 }
 
 int Start(RuntimeConfig cfg, bool foreground, bool fresh) {
-  if (fresh)
-    CLIO_LOG_INFO("--fresh: volatile tiers always start empty; the filesystem is kept");
+  if (fresh) {
+    // The runtime's own state: the pools created at run time. Volatile tiers start empty
+    // anyway; the filesystem (metadata and persistent tiers) is never touched.
+    const std::string log = PoolLogPath(cfg);
+    if (::unlink(log.c_str()) == 0)
+      CLIO_LOG_INFO("--fresh: discarded the pool log {} (pools created at run time)", log);
+    else if (errno != ENOENT)
+      CLIO_LOG_WARN("--fresh: cannot remove {}: {}", log, std::strerror(errno));
+    CLIO_LOG_INFO("--fresh: volatile tiers start empty; the filesystem is kept");
+  }
   if (foreground) return RunRuntime(std::move(cfg), -1);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -190,6 +200,13 @@ int Main(int argc, char** argv) {
   start->add_flag("--fresh", fresh, "discard the runtime's own state; never the filesystem");
   auto* stop = app.add_subcommand("stop", "stop the runtime gracefully, flushing all data");
   auto* status = app.add_subcommand("status", "show whether the runtime runs and its pools");
+  auto* compose = app.add_subcommand("compose", "create or destroy the pools of a compose file while the runtime serves");
+  compose->require_subcommand(1);
+  std::string compose_file;
+  auto* cstart = compose->add_subcommand("start", "create the file's pools in order (all or none)");
+  cstart->add_option("file", compose_file, "YAML: `compose:` with a list of pool entries, as in the config")->required();
+  auto* cstop = compose->add_subcommand("stop", "destroy the file's pools in reverse order");
+  cstop->add_option("file", compose_file, "the file given to compose start")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -203,6 +220,11 @@ int Main(int argc, char** argv) {
   if (*start) return Start(std::move(cfg).value(), foreground, fresh);
   if (*stop) return Stop(*cfg);
   if (*status) return StatusCmd(*cfg);
+  if (*cstart || *cstop) {
+    CommandContext ctx;
+    ctx.socket_path = cfg->socket_path;
+    return Compose(ctx, static_cast<bool>(*cstart), compose_file);
+  }
   return 2;
 }
 

@@ -1,5 +1,6 @@
 // clioctl: the admin CLI: `stat`, `flush [PATH]`, `locate PATH`; `tier stat`, `tier add`,
-// `tier rm`, `tier lifespan get|set`, `tier drain`, `tier undrain`; `pool list`;
+// `tier rm`, `tier lifespan get|set`, `tier drain`, `tier undrain`; `pool list|create|destroy`;
+// `compose start|stop FILE`;
 // `array status|add|remove|recover|verify` for safe-bdev arrays.
 // Exit codes: 0 ok, 1 operation failed, 2 bad usage.
 #include <CLI/CLI.hpp>
@@ -67,10 +68,36 @@ int main(int argc, char** argv) {
   auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node");
   rm->add_option("name", tier_name, "tier name, as in `tier stat`")->required();
   rm->add_flag("--json", ctx.json, "print JSON");
-  auto* pool = app.add_subcommand("pool", "the runtime's pools (modules composed from the config)");
+  auto* pool = app.add_subcommand("pool", "the runtime's pools (module instances: the config's and those made at run time)");
   pool->require_subcommand(1);
-  auto* plist = pool->add_subcommand("list", "one row per pool, in compose order: id, name, module, state");
+  auto* plist = pool->add_subcommand("list", "one row per pool, in creation order: id, name, module, state");
   plist->add_flag("--json", ctx.json, "print JSON instead of a table");
+  std::string module, pool_name, pool_id;
+  bool restart = false;
+  std::vector<std::string> pool_keys;
+  auto* pcreate = pool->add_subcommand(
+      "create", "create a pool on the running node, e.g. `pool create clio_bdev ram::scratch bdev_type=ram "
+                "capacity=1GB`; --restart keeps it across restarts");
+  pcreate->add_option("module", module, "the module: clio_bdev, clio_safe_bdev, clio_cte_core, clio_fs")->required();
+  pcreate->add_option("name", pool_name, "the pool's name (for clio_bdev: its device, a file path or ram::NAME)")
+      ->required();
+  pcreate->add_option("keys", pool_keys, "KEY=VALUE settings of a compose entry of that module (a.b=v: key b of map a)");
+  pcreate->add_option("--id", pool_id, "the pool id MAJOR.MINOR (default: the first free from 1000.0)");
+  pcreate->add_flag("--restart", restart, "record it in the node's pool log so the next start recreates it");
+  pcreate->add_flag("--json", ctx.json, "print JSON");
+  auto* pdestroy = pool->add_subcommand(
+      "destroy", "stop and remove a pool made at run time (once its requests finish; refused while another pool uses it)");
+  pdestroy->add_option("name", pool_name, "the pool's name, as in `pool list`")->required();
+  pdestroy->add_flag("--json", ctx.json, "print JSON");
+  auto* compose = app.add_subcommand("compose", "create or destroy the pools of a compose file on the running node");
+  compose->require_subcommand(1);
+  std::string compose_file;
+  auto* cstart = compose->add_subcommand("start", "create the file's pools in order (all or none)");
+  cstart->add_option("file", compose_file, "YAML: `compose:` with a list of pool entries, as in the config")->required();
+  cstart->add_flag("--json", ctx.json, "print JSON");
+  auto* cstop = compose->add_subcommand("stop", "destroy the file's pools in reverse order");
+  cstop->add_option("file", compose_file, "the file given to compose start")->required();
+  cstop->add_flag("--json", ctx.json, "print JSON");
   auto* array = app.add_subcommand("array", "erasure-coded safe-bdev arrays (clio_safe_bdev pools)");
   array->require_subcommand(1);
   std::string array_name, member, pool_ref, reason;
@@ -130,6 +157,10 @@ int main(int argc, char** argv) {
   if (*add) return clio::TierAdd(ctx, add_args);
   if (*rm) return clio::TierRm(ctx, tier_name);
   if (*plist) return clio::PoolList(ctx);
+  if (*pcreate) return clio::PoolCreate(ctx, module, pool_name, pool_id, restart, pool_keys);
+  if (*pdestroy) return clio::PoolDestroy(ctx, pool_name);
+  if (*cstart) return clio::Compose(ctx, true, compose_file);
+  if (*cstop) return clio::Compose(ctx, false, compose_file);
   if (*astatus) return clio::ArrayStatus(ctx, array_name);
   if (*aadd) return clio::ArrayOp(ctx, "add", array_name, {pool_ref});
   if (*aremove) return clio::ArrayOp(ctx, "remove", array_name, {member, reason});

@@ -8,6 +8,8 @@
 
 namespace clio {
 
+struct PoolInfo;  // daemon/ipc.h
+
 struct CommandContext {
   std::string socket_path;
   bool json = false;
@@ -27,8 +29,17 @@ int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain);
 int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args);
 // `clioctl tier rm NAME` (a drained, empty tier): cli/tier_rm.cc
 int TierRm(const CommandContext& ctx, const std::string& name);
-// `clioctl pool list`: every pool of the runtime, in compose order: cli/pool_list.cc
+// `clioctl pool list`: every pool of the runtime, in creation order: cli/pool_list.cc
 int PoolList(const CommandContext& ctx);
+// The table (or --json array) of pool list, also printed by pool create and compose.
+void PrintPools(const CommandContext& ctx, const std::vector<PoolInfo>& rows);
+// `clioctl pool create MODULE NAME [KEY=VALUE ...] [--id MAJOR.MINOR] [--restart]` (the keys of a
+// compose entry; the id defaults to the first free from 1000) / `pool destroy NAME`: cli/pool_ops.cc
+int PoolCreate(const CommandContext& ctx, const std::string& module, const std::string& name,
+               const std::string& id, bool restart, const std::vector<std::string>& keys);
+int PoolDestroy(const CommandContext& ctx, const std::string& name);
+// `compose start|stop FILE` (clioctl and clio_run): the pools of a compose file: cli/pool_ops.cc
+int Compose(const CommandContext& ctx, bool start, const std::string& file);
 // `clioctl stat`: runtime, tiers with dirty bytes, write-back: cli/stat.cc
 int Stat(const CommandContext& ctx);
 // `clioctl flush [PATH]`: every dirty blob (no PATH), or fsync of PATH's files: cli/flush.cc

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <yaml-cpp/yaml.h>
 
@@ -231,7 +232,42 @@ Status ConfigReader::Finish() const {
   return Status::Ok();
 }
 
-Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file) {
+namespace {
+
+// Reads the entries of a compose list (`list` is the value of `compose:` in `parent`, or null).
+// Names and ids must be unique within the list and unlike those of `taken`.
+Status ParseComposeList(const ConfigValue* list, const ConfigReader& parent,
+                        const std::vector<ComposeEntry>& taken, std::vector<ComposeEntry>* out) {
+  if (!list || list->kind == ConfigValue::Kind::kNull) return Status::Ok();
+  if (list->kind != ConfigValue::Kind::kList) return parent.Error("compose", "expected a list of pools");
+  for (const auto& item : list->list) {
+    ConfigReader r(&item, parent.file());
+    if (item.kind != ConfigValue::Kind::kMap) return r.Error("", "expected a map with mod_name, pool_name, pool_id");
+    ComposeEntry e;
+    CLIO_ASSIGN_OR_RETURN(e.mod_name, r.String("mod_name", ""));
+    CLIO_ASSIGN_OR_RETURN(e.pool_name, r.String("pool_name", ""));
+    CLIO_ASSIGN_OR_RETURN(std::string id, r.String("pool_id", ""));
+    CLIO_ASSIGN_OR_RETURN(e.restart, r.Bool("restart", false));
+    if (e.mod_name.empty()) return r.Error("", "missing mod_name");
+    if (e.pool_name.empty()) return r.Error("", "missing pool_name");
+    if (id.empty()) return r.Error("", "missing pool_id");
+    auto pid = ParsePoolId(id);
+    if (!pid.ok()) return r.Error("pool_id", pid.status().message());
+    e.pool_major = pid->first;
+    e.pool_minor = pid->second;
+    for (const auto* group : {&taken, static_cast<const std::vector<ComposeEntry>*>(out)}) {
+      for (const auto& other : *group) {
+        if (other.pool_name == e.pool_name) return r.Error("pool_name", "duplicate pool_name '" + e.pool_name + "'");
+        if (other.pool_major == e.pool_major) return r.Error("pool_id", "duplicate pool_id '" + id + "'");
+      }
+    }
+    e.node = &item;
+    out->push_back(std::move(e));
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<ConfigValue>> ParseYamlTree(std::string_view yaml, const std::string& file) {
   YAML::Node doc;
   try {
     doc = YAML::Load(std::string(yaml));
@@ -240,6 +276,124 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   }
   auto root = std::make_shared<ConfigValue>();
   CLIO_RETURN_IF_ERROR(Convert(doc, "", root.get(), file));
+  return root;
+}
+
+nlohmann::ordered_json ToJson(const ConfigValue& v) {
+  switch (v.kind) {
+    case ConfigValue::Kind::kNull:
+      return nullptr;
+    case ConfigValue::Kind::kScalar:
+      return v.scalar;
+    case ConfigValue::Kind::kList: {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      for (const auto& item : v.list) a.push_back(ToJson(item));
+      return a;
+    }
+    case ConfigValue::Kind::kMap: {
+      nlohmann::ordered_json m = nlohmann::ordered_json::object();
+      for (size_t i = 0; i < v.keys.size(); ++i) m[v.keys[i]] = ToJson(v.values[i]);
+      return m;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+namespace {
+
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return false;  // control characters: not text
+    const size_t n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : 4;
+    if (n == 4 || i + n >= s.size()) return false;  // a bad lead byte, or the text ends inside
+    uint32_t cp = n == 0 ? c : n == 1 ? c & 0x1fu : n == 2 ? c & 0x0fu : c & 0x07u;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// Paths below `v` as if it sat at `path` ("compose[0]"), for errors that name where they are.
+void Repath(ConfigValue* v, const std::string& path) {
+  v->path = path;
+  for (size_t i = 0; i < v->keys.size(); ++i) Repath(&v->values[i], path + "." + v->keys[i]);
+  for (size_t i = 0; i < v->list.size(); ++i) Repath(&v->list[i], path + "[" + std::to_string(i) + "]");
+}
+
+// The pool log is JSON, which holds UTF-8 text only: anything else would come back changed.
+Status CheckUtf8(const ConfigValue& v, const std::string& file) {
+  const std::string where = file + ":" + std::to_string(v.line) + ": " + v.path;
+  if (v.kind == ConfigValue::Kind::kScalar && !IsUtf8(v.scalar))
+    return ConfigError(where + ": not UTF-8 text (or holds control characters)");
+  for (size_t i = 0; i < v.keys.size(); ++i)
+    if (!IsUtf8(v.keys[i])) return ConfigError(where + ": a key is not UTF-8 text (or holds control characters)");
+  for (const auto& c : v.values) CLIO_RETURN_IF_ERROR(CheckUtf8(c, file));
+  for (const auto& c : v.list) CLIO_RETURN_IF_ERROR(CheckUtf8(c, file));
+  return Status::Ok();
+}
+
+}  // namespace
+
+ConfigReader ModuleKeys(const ComposeEntry& entry, const std::string& file) {
+  ConfigReader r(entry.node, file);
+  for (const char* k : {"mod_name", "pool_name", "pool_id", "pool_query", "restart"}) r.MarkKnown(k);
+  return r;
+}
+
+Result<ComposeDocument> ParseComposeDocument(std::string_view yaml, const std::string& file,
+                                             const std::string& state_dir) {
+  CLIO_ASSIGN_OR_RETURN(std::shared_ptr<ConfigValue> root, ParseYamlTree(yaml, file));
+  CLIO_RETURN_IF_ERROR(ExpandTree(root.get(), state_dir, file));
+  ComposeDocument doc;
+  doc.root = root;
+  ConfigReader top(root.get(), file);
+  ConfigValue* list = nullptr;
+  if (root->kind == ConfigValue::Kind::kList) {
+    list = root.get();
+  } else if (root->kind == ConfigValue::Kind::kMap && top.Has("mod_name")) {
+    // One entry: wrap it in a list.
+    auto wrapped = std::make_shared<ConfigValue>();
+    wrapped->kind = ConfigValue::Kind::kList;
+    wrapped->line = root->line;
+    wrapped->list.push_back(*root);
+    doc.root = wrapped;
+    list = wrapped.get();
+  } else if (root->kind == ConfigValue::Kind::kMap) {
+    list = const_cast<ConfigValue*>(top.Child("compose"));
+    if (!list) return ConfigError(file + ": no pools: expected `compose:` with a list of pools, a list, or one pool entry");
+    CLIO_RETURN_IF_ERROR(top.Finish());
+  } else {
+    return ConfigError(file + ": expected `compose:` with a list of pools, a list, or one pool entry");
+  }
+  // Every entry is named as in the config ("compose[1].capacity"), whatever the form.
+  for (size_t i = 0; i < list->list.size(); ++i) Repath(&list->list[i], "compose[" + std::to_string(i) + "]");
+  CLIO_RETURN_IF_ERROR(CheckUtf8(*list, file));
+  CLIO_RETURN_IF_ERROR(ParseComposeList(list, top, {}, &doc.entries));
+  if (doc.entries.empty()) return ConfigError(file + ": the compose list is empty");
+  return doc;
+}
+
+std::string ComposeDocumentJson(const std::vector<const ConfigValue*>& entries) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ConfigValue* e : entries) list.push_back(ToJson(*e));
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
+  doc["compose"] = std::move(list);
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file) {
+  CLIO_ASSIGN_OR_RETURN(std::shared_ptr<ConfigValue> root, ParseYamlTree(yaml, file));
   if (root->kind == ConfigValue::Kind::kNull) root->kind = ConfigValue::Kind::kMap;
   if (root->kind != ConfigValue::Kind::kMap)
     return ConfigError(file + ":1: the config must be a map with runtime, metadata and compose");
@@ -283,32 +437,7 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   cfg.commit_interval_ms = static_cast<uint32_t>(interval);
   CLIO_RETURN_IF_ERROR(md.Finish());
 
-  const ConfigValue* compose = top.Child("compose");
-  if (compose && compose->kind != ConfigValue::Kind::kList && compose->kind != ConfigValue::Kind::kNull)
-    return top.Error("compose", "expected a list of pools");
-  if (compose) {
-    for (const auto& item : compose->list) {
-      ConfigReader r(&item, file);
-      if (item.kind != ConfigValue::Kind::kMap) return r.Error("", "expected a map with mod_name, pool_name, pool_id");
-      ComposeEntry e;
-      CLIO_ASSIGN_OR_RETURN(e.mod_name, r.String("mod_name", ""));
-      CLIO_ASSIGN_OR_RETURN(e.pool_name, r.String("pool_name", ""));
-      CLIO_ASSIGN_OR_RETURN(std::string id, r.String("pool_id", ""));
-      if (e.mod_name.empty()) return r.Error("", "missing mod_name");
-      if (e.pool_name.empty()) return r.Error("", "missing pool_name");
-      if (id.empty()) return r.Error("", "missing pool_id");
-      auto pid = ParsePoolId(id);
-      if (!pid.ok()) return r.Error("pool_id", pid.status().message());
-      e.pool_major = pid->first;
-      e.pool_minor = pid->second;
-      for (const auto& other : cfg.compose) {
-        if (other.pool_name == e.pool_name) return r.Error("pool_name", "duplicate pool_name '" + e.pool_name + "'");
-        if (other.pool_major == e.pool_major) return r.Error("pool_id", "duplicate pool_id '" + id + "'");
-      }
-      e.node = &item;
-      cfg.compose.push_back(std::move(e));
-    }
-  }
+  CLIO_RETURN_IF_ERROR(ParseComposeList(top.Child("compose"), top, {}, &cfg.compose));
   CLIO_RETURN_IF_ERROR(top.Finish());
   return cfg;
 }

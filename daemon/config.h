@@ -39,6 +39,8 @@ class ConfigReader {
   // Child node (map or list), nullptr when absent.
   const ConfigValue* Child(std::string_view key);
   bool Has(std::string_view key) const;
+  // Marks a key as known without reading it (a key another reader handles).
+  void MarkKnown(std::string_view key) { known_.emplace_back(key); }
   // ConfigError naming the first unknown key, or Ok.
   Status Finish() const;
   // Formats an error located at `key` of this node (or the node itself when key is empty).
@@ -58,8 +60,29 @@ struct ComposeEntry {
   std::string pool_name;
   uint32_t pool_major = 0;
   uint32_t pool_minor = 0;
+  // `restart: true` on a pool created at run time (compose start, pool create) records it in
+  // the node's pool log, so the next start recreates it. Pools of the config always come back.
+  bool restart = false;
   const ConfigValue* node = nullptr;  // the whole entry, for the module's own keys
 };
+
+// A reader of a compose entry's module keys: the keys the runtime itself reads (mod_name,
+// pool_name, pool_id, pool_query, restart) are known already, so a module reads only its own
+// and Finish() still names any key nobody reads.
+ConfigReader ModuleKeys(const ComposeEntry& entry, const std::string& file);
+
+// Pools to create on a running runtime (`compose start FILE`, `pool create`): the document is
+// a map with one key `compose:` (the config's format), a list of entries, or one entry.
+// ${CLIO_STATE_DIR} expands to `state_dir`; errors name `file`, the line and the key.
+struct ComposeDocument {
+  std::vector<ComposeEntry> entries;
+  std::shared_ptr<ConfigValue> root;  // owns the tree the entries point into
+};
+Result<ComposeDocument> ParseComposeDocument(std::string_view yaml, const std::string& file,
+                                             const std::string& state_dir);
+// The entries as a compose document in JSON (which is also YAML, so ParseComposeDocument reads
+// it back): the node's pool log.
+std::string ComposeDocumentJson(const std::vector<const ConfigValue*>& entries);
 
 inline constexpr uint32_t kDefaultHttpPort = 8930;
 

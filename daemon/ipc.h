@@ -55,8 +55,13 @@ enum class AdminMethod : uint32_t {
   kStatus = 2,    // -> string (human text)
   kStop = 3,      // graceful stop; replies before stopping
   kFindPool = 4,  // string name -> u32 pool major
-  kListPools = 5, // -> EncodePoolList, in compose order
+  kListPools = 5, // -> EncodePoolList, in creation order; pool-log pools not running last
   kRuntimeStats = 6,  // -> EncodeRuntimeStats
+  // string source, string yaml (a compose document) -> EncodePoolList of the pools created.
+  // Not idempotent: a resend would find its own pools. (pool create, compose start)
+  kCreatePools = 7,
+  kDestroyPool = 8,   // string name -> empty (pool destroy)
+  kComposeStop = 9,   // string source, string yaml -> EncodePoolList of the pools destroyed
 };
 
 // One pool as ListPools reports it.

@@ -1,5 +1,6 @@
 #include "daemon/runtime.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -159,6 +162,66 @@ class Server {
   asio::signal_set signals_;
 };
 
+struct Runtime::PoolSlot {
+  std::unique_ptr<PoolRegistry> view;  // declared before pool: the pool goes first
+  std::unique_ptr<Pool> pool;
+  bool from_config = false;
+  std::atomic<int64_t> inflight{0};
+  std::atomic<bool> retiring{false};
+  std::vector<uint32_t> uses;  // ids of pools this one looked up (deps_mu_)
+};
+
+// The registry a pool is given: lookups through it are recorded as uses.
+class Runtime::PoolView final : public PoolRegistry {
+ public:
+  PoolView(Runtime* rt, PoolSlot* owner) : rt_(rt), owner_(owner) {}
+  Pool* FindByName(std::string_view name) override { return rt_->LookUp(owner_, name, 0); }
+  Pool* FindById(uint32_t id) override { return rt_->LookUp(owner_, {}, id); }
+  std::vector<uint32_t> PoolIds() override { return rt_->PoolIds(); }
+
+ private:
+  Runtime* const rt_;
+  PoolSlot* const owner_;
+};
+
+namespace {
+
+// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never a mix.
+Status ReplaceFileDurably(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::FromErrno(errno, "creating " + tmp);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "writing " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno(err, "syncing " + tmp);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "renaming " + tmp);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0) return Status::FromErrno(err, "syncing " + dir);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Runtime::Runtime(RuntimeConfig config)
     : config_(std::move(config)),
       start_time_(std::chrono::duration_cast<std::chrono::seconds>(
@@ -170,28 +233,201 @@ void Runtime::RegisterModule(std::string mod_name, ModuleFactory factory) {
   factories_[std::move(mod_name)] = std::move(factory);
 }
 
+std::string PoolLogPath(const RuntimeConfig& config) { return config.state_dir + "/pools.json"; }
+
+Result<std::shared_ptr<Runtime::PoolSlot>> Runtime::MakePool(const ComposeEntry& entry, const std::string& file) {
+  auto it = factories_.find(entry.mod_name);
+  if (it == factories_.end()) {
+    std::string known;
+    for (const auto& [k, _] : factories_) known += (known.empty() ? "" : ", ") + k;
+    return ConfigReader(entry.node, file).Error("mod_name", "unknown module '" + entry.mod_name + "' (known: " + known + ")");
+  }
+  for (const auto& s : Slots()) {
+    ConfigReader r(entry.node, file);
+    if (s->pool->name() == entry.pool_name)
+      return Status(Code::kAlreadyExists, r.Error("pool_name", "a pool named '" + entry.pool_name + "' is running").message());
+    if (s->pool->id() == entry.pool_major)
+      return Status(Code::kAlreadyExists, r.Error("pool_id", "pool id " + std::to_string(entry.pool_major) +
+                                                                 " is taken by pool '" + s->pool->name() + "'").message());
+  }
+  CLIO_LOG_INFO("creating pool {} ({}, id {}.{})", entry.pool_name, entry.mod_name, entry.pool_major, entry.pool_minor);
+  auto slot = std::make_shared<PoolSlot>();
+  slot->view = std::make_unique<PoolView>(this, slot.get());
+  auto pool = it->second(entry, file, *slot->view);
+  if (!pool.ok()) return pool.status().WithContext("creating pool '" + entry.pool_name + "'");
+  (*pool)->SetIdentity(entry.mod_name, entry.pool_name, entry.pool_major);
+  slot->pool = std::move(pool).value();
+  return slot;
+}
+
 Status Runtime::Compose() {
+  MutexLock l(&compose_mu_);
   for (const auto& entry : config_.compose) {
-    auto it = factories_.find(entry.mod_name);
-    if (it == factories_.end()) {
-      std::string known;
-      for (const auto& [k, _] : factories_) known += (known.empty() ? "" : ", ") + k;
-      ConfigReader r(entry.node, config_.file);
-      Status s = r.Error("mod_name", "unknown module '" + entry.mod_name + "' (known: " + known + ")");
+    auto slot = MakePool(entry, config_.file);
+    if (!slot.ok()) {
       (void)StopPools();
-      return s;
+      return slot.status();
     }
-    CLIO_LOG_INFO("creating pool {} ({}, id {}.{})", entry.pool_name, entry.mod_name,
-                  entry.pool_major, entry.pool_minor);
-    auto pool = it->second(entry, config_.file, *this);
-    if (!pool.ok()) {
-      (void)StopPools();
-      return pool.status().WithContext("creating pool '" + entry.pool_name + "'");
+    (*slot)->from_config = true;
+    WriterLock w(&mu_);
+    pools_.push_back(std::move(slot).value());
+  }
+  return RecreateLogged();
+}
+
+Status Runtime::RecreateLogged() {
+  const std::string path = PoolLogPath(config_);
+  std::ifstream in(path);
+  if (!in) return Status::Ok();  // no pools were created at run time
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = ParseComposeDocument(text.str(), path, config_.state_dir);
+  if (!doc.ok()) {
+    (void)StopPools();
+    return ConfigError(doc.status().message() +
+                       " (the pool log is written by the runtime; fix it, or start with --fresh to "
+                       "discard the pools created at run time)");
+  }
+  for (const ComposeEntry& e : doc->entries) {
+    Logged rec{e.pool_name, e.mod_name, e.pool_major, doc->root, e.node, {}};
+    auto slot = MakePool(e, path);
+    if (slot.ok()) {
+      WriterLock w(&mu_);
+      pools_.push_back(std::move(slot).value());
+    } else {
+      rec.failure = slot.status().ToString();
+      CLIO_LOG_ERROR("pool {} of the pool log was not recreated: {} (it stays in {}; `clioctl pool "
+                     "destroy {}` drops it)", e.pool_name, rec.failure, path, e.pool_name);
     }
-    (*pool)->SetIdentity(entry.mod_name, entry.pool_name, entry.pool_major);
-    pools_.push_back(std::move(pool).value());
+    logged_.push_back(std::move(rec));
   }
   return Status::Ok();
+}
+
+Status Runtime::SaveLog() {
+  const std::string path = PoolLogPath(config_);
+  if (logged_.empty()) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno(errno, "removing " + path);
+    return Status::Ok();
+  }
+  std::vector<const ConfigValue*> nodes;
+  for (const Logged& l : logged_) nodes.push_back(l.node);
+  return ReplaceFileDurably(path, ComposeDocumentJson(nodes));
+}
+
+Result<std::vector<PoolInfo>> Runtime::CreatePools(std::string_view yaml, const std::string& source) {
+  MutexLock l(&compose_mu_);
+  CLIO_ASSIGN_OR_RETURN(ComposeDocument doc, ParseComposeDocument(yaml, source, config_.state_dir));
+  for (const ComposeEntry& e : doc.entries)
+    for (const Logged& rec : logged_)
+      if (rec.name == e.pool_name && !rec.failure.empty())
+        return Status(Code::kAlreadyExists, "pool '" + e.pool_name + "' is in the pool log, not running (" +
+                                                rec.failure + "); `clioctl pool destroy " + e.pool_name +
+                                                "` drops it first");
+  std::vector<PoolInfo> made;
+  Status failed;
+  for (const ComposeEntry& e : doc.entries) {
+    auto slot = MakePool(e, source);
+    if (!slot.ok()) {
+      failed = slot.status();
+      break;
+    }
+    made.push_back({e.pool_major, e.pool_name, e.mod_name, (*slot)->pool->Describe()});
+    WriterLock w(&mu_);
+    pools_.push_back(std::move(slot).value());
+  }
+  if (failed.ok()) {
+    const size_t before = logged_.size();
+    for (const ComposeEntry& e : doc.entries)
+      if (e.restart) logged_.push_back({e.pool_name, e.mod_name, e.pool_major, doc.root, e.node, {}});
+    if (logged_.size() != before) failed = SaveLog().WithContext("recording the pool log");
+    if (failed.ok()) return made;
+    logged_.resize(before);
+  }
+  // All or nothing: undo this call's pools, newest first.
+  for (auto it = made.rbegin(); it != made.rend(); ++it) {
+    Status undo = RetireLocked(it->name);
+    if (!undo.ok()) CLIO_LOG_ERROR("undoing pool {}: {}", it->name, undo.ToString());
+  }
+  return failed;
+}
+
+Status Runtime::DestroyPool(std::string_view name) {
+  MutexLock l(&compose_mu_);
+  return DestroyLocked(name);
+}
+
+Status Runtime::DestroyLocked(std::string_view name) {
+  auto logged = std::find_if(logged_.begin(), logged_.end(), [&](const Logged& r) { return r.name == name; });
+  if (logged != logged_.end() && !logged->failure.empty()) {  // in the log, but not running
+    const Logged keep = *logged;
+    logged_.erase(logged);
+    Status s = SaveLog();
+    if (!s.ok()) logged_.insert(logged_.begin(), keep);
+    return s;
+  }
+  CLIO_RETURN_IF_ERROR(RetireLocked(name));
+  if (logged == logged_.end()) return Status::Ok();
+  logged_.erase(logged);
+  return SaveLog().WithContext("pool destroyed, but the pool log still names it");
+}
+
+Status Runtime::RetireLocked(std::string_view name) {
+  std::shared_ptr<PoolSlot> slot;
+  {
+    WriterLock w(&mu_);
+    auto it = std::find_if(pools_.begin(), pools_.end(), [&](const auto& s) { return s->pool->name() == name; });
+    if (it == pools_.end()) return NotFound("no pool named '" + std::string(name) + "'");
+    if ((*it)->from_config)
+      return Status(Code::kNotPermitted, "pool '" + std::string(name) + "' comes from the config (" + config_.file +
+                                             ") and comes back with every start; remove it there");
+    const uint32_t id = (*it)->pool->id();
+    {
+      MutexLock d(&deps_mu_);
+      for (const auto& other : pools_) {
+        if (other == *it) continue;
+        if (std::find(other->uses.begin(), other->uses.end(), id) != other->uses.end())
+          return Status(Code::kBusy, "pool '" + std::string(name) + "' is used by pool '" + other->pool->name() +
+                                         "'; destroy that one first");
+      }
+    }
+    slot = *it;
+    slot->retiring = true;
+    pools_.erase(it);
+  }
+  {
+    MutexLock i(&idle_mu_);
+    while (slot->inflight.load() != 0) idle_cv_.Wait(&idle_mu_);
+  }
+  CLIO_LOG_INFO("destroying pool {}", name);
+  Status s = slot->pool->Stop();
+  if (!s.ok()) CLIO_LOG_ERROR("stopping pool {}: {}", name, s.ToString());
+  return s;
+}
+
+Result<std::vector<PoolInfo>> Runtime::DestroyPools(std::string_view yaml, const std::string& source) {
+  MutexLock l(&compose_mu_);
+  CLIO_ASSIGN_OR_RETURN(ComposeDocument doc, ParseComposeDocument(yaml, source, config_.state_dir));
+  std::vector<PoolInfo> gone;
+  for (auto it = doc.entries.rbegin(); it != doc.entries.rend(); ++it) {
+    PoolInfo info{it->pool_major, it->pool_name, it->mod_name, "(not running; dropped from the pool log)"};
+    bool known = false;
+    for (const Logged& r : logged_) known |= r.name == it->pool_name;
+    for (const auto& slot : Slots()) {
+      if (slot->pool->name() != it->pool_name) continue;
+      known = true;
+      info.describe = slot->pool->Describe();
+    }
+    if (!known) continue;  // not running: nothing to stop
+    Status s = DestroyLocked(it->pool_name);
+    if (!s.ok()) {
+      std::string done;
+      for (const PoolInfo& g : gone) done += (done.empty() ? "" : ", ") + g.name;
+      return s.WithContext(done.empty() ? "compose stop" : "compose stop (destroyed so far: " + done + ")");
+    }
+    gone.push_back(std::move(info));
+  }
+  return gone;
 }
 
 Status Runtime::Serve(const std::function<void()>& on_ready) {
@@ -222,7 +458,7 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
     return std::vector<metrics::Sample>{
         {"clio_runtime_uptime_seconds", "Seconds since the runtime started", {},
          static_cast<double>(now - start_time_)},
-        {"clio_runtime_pools", "Pools composed in the runtime", {}, static_cast<double>(pools_.size())},
+        {"clio_runtime_pools", "Pools running in the runtime", {}, static_cast<double>(Slots().size())},
         {"clio_runtime_worker_threads", "Worker threads serving client requests", {},
          static_cast<double>(config_.num_threads)},
         {"clio_runtime_client_connections", "Client connections open now", {},
@@ -246,14 +482,15 @@ RuntimeStats Runtime::Stats() const {
   s.uptime_s = static_cast<uint64_t>(std::max<int64_t>(now - start_time_, 0));
   s.worker_threads = config_.num_threads;
   s.client_connections = static_cast<uint64_t>(server_ ? server_->connections() : 0);
-  s.pools = static_cast<uint32_t>(pools_.size());
+  s.pools = static_cast<uint32_t>(Slots().size());
   return s;
 }
 
 std::string Runtime::StatusJson() const {
   const RuntimeStats s = Stats();
   nlohmann::json pools = nlohmann::json::array();
-  for (const auto& p : pools_) {
+  for (const auto& slot : Slots()) {
+    const Pool* p = slot->pool.get();
     // A pool's state is its own JSON; text that does not parse is shown as text, never dropped.
     const std::string state = p->MonitorJson();
     nlohmann::json parsed = nlohmann::json::parse(state, nullptr, /*allow_exceptions=*/false);
@@ -284,41 +521,99 @@ void Runtime::RequestStop() {
 }
 
 Status Runtime::StopPools() {
+  // Users before the pools they use, else newest first: a CTE flushes into its tiers on stop.
+  std::vector<std::shared_ptr<PoolSlot>> left;
+  {
+    WriterLock w(&mu_);
+    left.swap(pools_);
+  }
   Status first;
-  for (auto it = pools_.rbegin(); it != pools_.rend(); ++it) {
-    Status s = (*it)->Stop();
+  while (!left.empty()) {
+    size_t pick = left.size() - 1;
+    {
+      MutexLock d(&deps_mu_);
+      for (size_t i = left.size(); i-- > 0;) {
+        const uint32_t id = left[i]->pool->id();
+        bool used = false;
+        for (const auto& other : left)
+          used |= other != left[i] && std::find(other->uses.begin(), other->uses.end(), id) != other->uses.end();
+        if (!used) {
+          pick = i;
+          break;
+        }
+      }
+    }
+    std::shared_ptr<PoolSlot> slot = left[pick];
+    left.erase(left.begin() + static_cast<std::ptrdiff_t>(pick));
+    Status s = slot->pool->Stop();
     if (!s.ok()) {
-      CLIO_LOG_ERROR("stopping pool {}: {}", (*it)->name(), s.ToString());
+      CLIO_LOG_ERROR("stopping pool {}: {}", slot->pool->name(), s.ToString());
       if (first.ok()) first = s;
     }
   }
-  while (!pools_.empty()) pools_.pop_back();  // destroy in reverse order
   return first;
 }
 
+std::vector<std::shared_ptr<Runtime::PoolSlot>> Runtime::Slots() const {
+  ReaderLock r(&mu_);
+  return pools_;
+}
+
+std::shared_ptr<Runtime::PoolSlot> Runtime::SlotById(uint32_t id) const {
+  ReaderLock r(&mu_);
+  for (const auto& s : pools_)
+    if (s->pool->id() == id) return s;
+  return nullptr;
+}
+
+Pool* Runtime::LookUp(PoolSlot* user, std::string_view name, uint32_t id) {
+  ReaderLock r(&mu_);
+  for (const auto& s : pools_) {
+    if (name.empty() ? s->pool->id() != id : s->pool->name() != name) continue;
+    if (s.get() != user) {
+      MutexLock d(&deps_mu_);
+      if (std::find(user->uses.begin(), user->uses.end(), s->pool->id()) == user->uses.end())
+        user->uses.push_back(s->pool->id());
+    }
+    return s->pool.get();
+  }
+  return nullptr;
+}
+
 Pool* Runtime::FindByName(std::string_view name) {
-  for (auto& p : pools_)
-    if (p->name() == name) return p.get();
+  ReaderLock r(&mu_);
+  for (const auto& s : pools_)
+    if (s->pool->name() == name) return s->pool.get();
   return nullptr;
 }
 
 std::vector<uint32_t> Runtime::PoolIds() {
   std::vector<uint32_t> out;
-  for (auto& p : pools_) out.push_back(p->id());
+  for (const auto& s : Slots()) out.push_back(s->pool->id());
   return out;
 }
 
 Pool* Runtime::FindById(uint32_t id) {
-  for (auto& p : pools_)
-    if (p->id() == id) return p.get();
-  return nullptr;
+  std::shared_ptr<PoolSlot> s = SlotById(id);
+  return s ? s->pool.get() : nullptr;
 }
 
 Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::string_view payload) {
   if (pool == 0) return HandleAdmin(method, payload);
-  Pool* p = FindById(pool);
-  if (!p) return NotFound("no pool with id " + std::to_string(pool));
-  return p->Handle(method, payload);
+  std::shared_ptr<PoolSlot> slot;
+  {
+    ReaderLock r(&mu_);
+    for (const auto& s : pools_)
+      if (s->pool->id() == pool) slot = s;
+    if (slot) ++slot->inflight;  // under mu_: a destroy that took the slot out waits for it
+  }
+  if (!slot) return NotFound("no pool with id " + std::to_string(pool));
+  Result<std::string> r = slot->pool->Handle(method, payload);
+  if (--slot->inflight == 0 && slot->retiring) {
+    MutexLock i(&idle_mu_);
+    idle_cv_.NotifyAll();
+  }
+  return r;
 }
 
 Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view payload) {
@@ -333,9 +628,14 @@ Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view paylo
       std::string s = "runtime pid " + std::to_string(getpid()) + ", up " +
                       std::to_string(now - start_time_) + " s, config " + config_.file +
                       "\nsocket " + config_.socket_path + "\nstate " + config_.state_dir + "\nhttp " + http_state_ + "\npools:\n";
-      for (const auto& p : pools_)
-        s += "  " + std::to_string(p->id()) + "  " + p->name() + "  (" + p->module_name() + ") " +
-             p->Describe() + "\n";
+      for (const auto& slot : Slots()) {
+        const Pool& p = *slot->pool;
+        s += "  " + std::to_string(p.id()) + "  " + p.name() + "  (" + p.module_name() + ") " + p.Describe() +
+             (slot->from_config ? "" : " [created at run time]") + "\n";
+      }
+      MutexLock l(&compose_mu_);
+      for (const Logged& rec : logged_)
+        if (!rec.failure.empty()) s += "  -  " + rec.name + "  NOT RUNNING (pool log): " + rec.failure + "\n";
       return s;
     }
     case AdminMethod::kStop:
@@ -357,8 +657,32 @@ Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view paylo
     case AdminMethod::kListPools: {
       CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("ListPools"));
       std::vector<PoolInfo> list;
-      for (const auto& p : pools_) list.push_back({p->id(), p->name(), p->module_name(), p->Describe()});
+      for (const auto& slot : Slots())
+        list.push_back({slot->pool->id(), slot->pool->name(), slot->pool->module_name(), slot->pool->Describe()});
+      MutexLock l(&compose_mu_);
+      for (const Logged& rec : logged_)
+        if (!rec.failure.empty()) list.push_back({rec.major, rec.name, rec.mod_name, "NOT RUNNING (pool log): " + rec.failure});
       return EncodePoolList(list);
+    }
+    case AdminMethod::kCreatePools:
+    case AdminMethod::kComposeStop: {
+      Decoder in(payload);
+      std::string source, yaml;
+      in.GetString(&source);
+      in.GetString(&yaml);
+      CLIO_RETURN_IF_ERROR(in.Finish(method == static_cast<uint32_t>(AdminMethod::kCreatePools) ? "CreatePools" : "ComposeStop"));
+      auto r = method == static_cast<uint32_t>(AdminMethod::kCreatePools) ? CreatePools(yaml, source)
+                                                                           : DestroyPools(yaml, source);
+      if (!r.ok()) return r.status();
+      return EncodePoolList(*r);
+    }
+    case AdminMethod::kDestroyPool: {
+      Decoder in(payload);
+      std::string name;
+      in.GetString(&name);
+      CLIO_RETURN_IF_ERROR(in.Finish("DestroyPool"));
+      CLIO_RETURN_IF_ERROR(DestroyPool(name));
+      return std::string();
     }
   }
   return Status(Code::kNotSupported, "unknown admin method " + std::to_string(method));

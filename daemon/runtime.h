@@ -19,6 +19,10 @@ namespace clio {
 class HttpServer;
 class Server;
 
+// The node's pool log, state_dir/pools.json: the pools created at run time with `restart: true`,
+// as a compose document, recreated at start. `clio_run start --fresh` removes it.
+std::string PoolLogPath(const RuntimeConfig& config);
+
 class Runtime : public PoolRegistry {
  public:
   explicit Runtime(RuntimeConfig config);
@@ -26,16 +30,30 @@ class Runtime : public PoolRegistry {
 
   // Module factories by mod_name; register before Compose().
   void RegisterModule(std::string mod_name, ModuleFactory factory);
-  // Creates the pools of the compose list in order. On error the pools created so far are
-  // stopped and destroyed.
+  // Creates the pools of the compose list in order, then those of the pool log (pools created
+  // at run time with `restart: true`). On an error in the config the pools created so far are
+  // stopped and destroyed; a logged pool that cannot be recreated is reported (log, status,
+  // /api/v1/status) and stays in the log, and the runtime starts without it.
   Status Compose();
+  // Creates the pools of a compose document (ParseComposeDocument: `compose start FILE`, `pool
+  // create`) on the running node, in order; `source` names it in errors. An entry with
+  // `restart: true` is recorded in the pool log. All or nothing: on an error the pools this
+  // call made are destroyed again and the log is unchanged.
+  Result<std::vector<PoolInfo>> CreatePools(std::string_view yaml, const std::string& source);
+  // Stops and destroys a pool created at run time and drops it from the pool log. New requests
+  // to it fail NotFound at once; those in flight finish first. Busy while another pool uses it
+  // (looked it up), NotPermitted for a pool of the config (it comes back with every start).
+  Status DestroyPool(std::string_view name);
+  // `compose stop FILE`: destroys the pools the document names, in reverse order, skipping
+  // those not running; returns the ones destroyed. Stops at the first refusal.
+  Result<std::vector<PoolInfo>> DestroyPools(std::string_view yaml, const std::string& source);
   // Listens on the socket (0660 by default; stale socket files are replaced, a live runtime on
   // the same socket is refused with Busy) and serves until Stop() or SIGTERM/SIGINT.
   // `on_ready` runs once the socket accepts clients.
   Status Serve(const std::function<void()>& on_ready);
   // Asks Serve() to return; safe from any thread.
   void RequestStop();
-  // Stops pools in reverse order; returns the first error.
+  // Stops pools, users before the pools they use (else newest first); returns the first error.
   Status StopPools();
 
   // Dispatches one request (called by the server on worker threads).
@@ -56,13 +74,43 @@ class Runtime : public PoolRegistry {
   const RuntimeConfig& config() const { return config_; }
 
  private:
+  struct PoolSlot;
+  class PoolView;
+  // A pool of the pool log (restart: true), as recorded.
+  struct Logged {
+    std::string name, mod_name;
+    uint32_t major = 0;
+    std::shared_ptr<ConfigValue> root;
+    const ConfigValue* node = nullptr;
+    std::string failure;  // why the last start could not recreate it; empty when running
+  };
+
   Result<std::string> HandleAdmin(uint32_t method, std::string_view payload);
+  // Creates one pool; it is not yet visible to clients.
+  Result<std::shared_ptr<PoolSlot>> MakePool(const ComposeEntry& entry, const std::string& file)
+      REQUIRES(compose_mu_);
+  // DestroyPool with compose_mu_ held; RetireLocked takes the slot out and stops its pool.
+  Status DestroyLocked(std::string_view name) REQUIRES(compose_mu_);
+  Status RetireLocked(std::string_view name) REQUIRES(compose_mu_);
+  Status SaveLog() REQUIRES(compose_mu_);
+  Status RecreateLogged() REQUIRES(compose_mu_);
+  std::shared_ptr<PoolSlot> SlotById(uint32_t id) const EXCLUDES(mu_);
+  std::vector<std::shared_ptr<PoolSlot>> Slots() const EXCLUDES(mu_);
+  // A lookup by a pool's own registry: recorded, so the pool found cannot be destroyed first.
+  Pool* LookUp(PoolSlot* user, std::string_view name, uint32_t id) EXCLUDES(mu_);
 
   const RuntimeConfig config_;
   std::map<std::string, ModuleFactory> factories_;
-  // Pools are created before serving starts and destroyed after it ends, so lookups need no
-  // lock while serving.
-  std::vector<std::unique_ptr<Pool>> pools_;
+  // One create or destroy at a time; taken before mu_.
+  Mutex compose_mu_ ACQUIRED_BEFORE(mu_);
+  std::vector<Logged> logged_ GUARDED_BY(compose_mu_);
+  // The pools in creation order. Requests hold a slot (shared) while they run, so a destroyed
+  // pool goes away only after its last request.
+  mutable SharedMutex mu_;
+  std::vector<std::shared_ptr<PoolSlot>> pools_ GUARDED_BY(mu_);
+  Mutex deps_mu_ ACQUIRED_AFTER(mu_);  // PoolSlot::uses
+  Mutex idle_mu_;                       // with idle_cv_: a request on a retiring pool ended
+  CondVar idle_cv_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<HttpServer> http_;
   std::string http_state_;  // for status: "http://127.0.0.1:8930", "off", or why not

@@ -16,11 +16,7 @@ namespace clio {
 ModuleFactory MakeFsModuleFactory(KvStore* kv) {
   return [kv](const ComposeEntry& entry, const std::string& file,
               PoolRegistry& registry) -> Result<std::unique_ptr<Pool>> {
-    ConfigReader r(entry.node, file);
-    (void)r.String("mod_name", "");
-    (void)r.String("pool_name", "");
-    (void)r.String("pool_id", "");
-    (void)r.String("pool_query", "local");
+    ConfigReader r = ModuleKeys(entry, file);
     CLIO_ASSIGN_OR_RETURN(std::string cte_name, r.String("cte_pool", "clio_cte_core"));
     CLIO_ASSIGN_OR_RETURN(uint64_t chunk, r.Size("chunk_size", 1u << 20));
     CLIO_RETURN_IF_ERROR(r.Finish());

@@ -18,11 +18,7 @@ constexpr uint64_t kMinDirtyLimit = 1ull << 20;  // one default chunk: smaller s
 }  // namespace
 
 Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file, PoolRegistry* registry) {
-  ConfigReader r(entry.node, file);
-  (void)r.String("mod_name", "");
-  (void)r.String("pool_name", "");
-  (void)r.String("pool_id", "");
-  (void)r.String("pool_query", "local");
+  ConfigReader r = ModuleKeys(entry, file);
   CteConfig cfg;
   CLIO_ASSIGN_OR_RETURN(uint64_t interval, r.UInt("flush_interval_ms", 2000));
   if (interval == 0 || interval > 3600000) return r.Error("flush_interval_ms", "must be between 1 and 3600000");

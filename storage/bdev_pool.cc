@@ -17,10 +17,7 @@ Status BadRequest(std::string_view method, const Status& s) {
 }  // namespace
 
 Result<BdevConfig> ParseBdevComposeEntry(const ComposeEntry& entry, const std::string& file) {
-  ConfigReader r(entry.node, file);
-  (void)r.String("mod_name", "");
-  (void)r.String("pool_id", "");
-  (void)r.String("pool_query", "local");
+  ConfigReader r = ModuleKeys(entry, file);
   BdevConfig c;
   CLIO_ASSIGN_OR_RETURN(c.name, r.String("pool_name", ""));
   if (c.name.empty()) {

@@ -40,10 +40,7 @@ Status ReadMemberList(ConfigReader& r, std::string_view key, PoolRegistry& regis
 
 Result<SafeBdevSpec> ParseSafeBdevComposeEntry(const ComposeEntry& entry, const std::string& file,
                                                PoolRegistry& registry) {
-  ConfigReader r(entry.node, file);
-  (void)r.String("mod_name", "");
-  (void)r.String("pool_id", "");
-  (void)r.String("pool_query", "local");
+  ConfigReader r = ModuleKeys(entry, file);
   SafeBdevSpec spec;
   SafeBdevConfig& c = spec.config;
   CLIO_ASSIGN_OR_RETURN(c.name, r.String("pool_name", ""));

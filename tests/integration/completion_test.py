@@ -41,10 +41,14 @@ def main():
     try:
         env.write_config()
         cases = [
-            (["clioctl", ""], ["stat", "flush", "locate", "tier", "pool", "array"]),
+            (["clioctl", ""], ["stat", "flush", "locate", "tier", "pool", "compose", "array"]),
             (["clioctl", "locate", "--"], ["--json", "--help", "--pool"]),
             (["clioctl", "flush", "/et"], ["/etc"]),
-            (["clioctl", "pool", ""], ["list"]),
+            (["clioctl", "pool", ""], ["list", "create", "destroy"]),
+            (["clioctl", "pool", "create", "clio_s"], ["clio_safe_bdev"]),
+            (["clioctl", "pool", "create", "--"], ["--json", "--help", "--id", "--restart"]),
+            (["clioctl", "compose", ""], ["start", "stop"]),
+            (["clioctl", "compose", "start", "/et"], ["/etc"]),
             (["clioctl", "ti"], ["tier"]),
             (["clioctl", "--json", "tier", ""], ["stat", "lifespan", "drain", "undrain", "add", "rm"]),
             (["clioctl", "tier", "lifespan", ""], ["get", "set"]),
@@ -56,6 +60,7 @@ def main():
             got = complete(env, words)
             check(got == want, f"completion of {words}: {got}, expected {want}")
         check(complete(env, ["clio_run", "st"], "_clio_run") == ["start", "stop", "status"], "clio_run st")
+        check(complete(env, ["clio_run", "compose", ""], "_clio_run") == ["start", "stop"], "clio_run compose")
         check(complete(env, ["clio_run", "start", "--f"], "_clio_run") == ["--foreground", "--fresh"],
               "clio_run start --f")
         # No runtime: no tier names, and nothing on stderr.
@@ -64,12 +69,14 @@ def main():
         names = complete(env, ["clioctl", "tier", "drain", ""])
         tiers = [t["name"] for t in env.tier_stat()]
         check(sorted(names) == sorted(tiers), f"tier names offered {names}, tier stat says {tiers}")
+        pools = complete(env, ["clioctl", "pool", "destroy", ""])
+        check(sorted(pools) == ["clio_cte_core", "clio_fs"], f"pool names offered {pools}")
         prefix = tiers[0][:6]
         check(all(n.startswith(prefix) for n in complete(env, ["clioctl", "tier", "lifespan", "set", prefix])),
               "tier names do not follow the typed prefix")
         env.stop_runtime()
         ok = True
-        log("completion: subcommands, options, tier add keys, live tier names")
+        log("completion: subcommands, options, tier add keys, live tier and pool names")
     except TestFailure as e:
         log(f"FAIL: {e}")
     finally:

@@ -33,7 +33,7 @@ CMD_TIMEOUT = 120          # seconds, every external command
 READY_TIMEOUT = 60         # seconds, waiting for a daemon / mount to become ready
 SCENARIOS = ("clean_restart", "kill9_restart", "power_cut", "bad_input", "s3_restart",
              "s3_kill9", "full_disk", "tier_ops", "attached_pool", "safe_bdev", "metrics",
-             "admin_ops", "dashboard")
+             "admin_ops", "dashboard", "pool_ops")
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S3_KEY, S3_SECRET = "E2EACCESSKEY", "e2e/secret+key"
 
@@ -2016,6 +2016,144 @@ def scenario_bad_input(env):
     env.stop_runtime()
 
 
+POOL_COMPOSE = """\
+compose:
+  - mod_name: clio_bdev
+    pool_name: "${CLIO_STATE_DIR}/c0.dat"
+    pool_id: "2001.0"
+    bdev_type: file
+    capacity: "16MB"
+    growth_unit: "8MB"
+  - mod_name: clio_bdev
+    pool_name: "${CLIO_STATE_DIR}/c1.dat"
+    pool_id: "2002.0"
+    bdev_type: file
+    capacity: "16MB"
+    growth_unit: "8MB"
+  - mod_name: clio_bdev
+    pool_name: "${CLIO_STATE_DIR}/c2.dat"
+    pool_id: "2003.0"
+    bdev_type: file
+    capacity: "16MB"
+    growth_unit: "8MB"
+  - mod_name: clio_safe_bdev
+    pool_name: "safe::composed"
+    pool_id: "2010.0"
+    members: ["2001.0", "2002.0", "2003.0"]
+    max_failures: 1
+    chunk_size: "64KB"
+    alloc_log: "${CLIO_STATE_DIR}/composed.alloc_log"
+"""
+
+
+def scenario_pool_ops(env):
+    """Pools made and destroyed on the running node: `pool create` of a file bdev (its device
+    file appears) kept across restarts with --restart, one that is not; `compose start` of three
+    members and a safe-bdev over them (array status healthy), a member refused destroy while the
+    array uses it, `compose stop` destroying the array first; after a restart only --restart
+    pools are back, after `start --fresh` none; every bad argument, clash and a stopped daemon
+    give their exit code and say why."""
+    env.check_binaries(env.clio_run, env.clioctl)
+    env.write_config()
+    env.start_runtime()
+
+    def ctl(*args):
+        return run_cmd([env.clioctl, *args], env=env.env())
+
+    def names():
+        cp = ctl("pool", "list", "--json")
+        check(cp.returncode == 0, "pool list\n" + describe(cp))
+        return [p["name"] for p in json.loads(_text(cp.stdout))]
+
+    def refused(args, code, pattern, what):
+        cp = ctl(*args)
+        check(cp.returncode == code and re.search(pattern, _text(cp.stderr)),
+              f"{what}: expected exit {code} and /{pattern}/ on stderr\n" + describe(cp))
+
+    base = names()
+    check(len(base) == 2, f"the default config composes the CTE and the filesystem: {base}")
+    dev = os.path.join(env.T, "extra.dat")
+    cp = ctl("pool", "create", "clio_bdev", dev, "bdev_type=file", "capacity=32MB", "growth_unit=8MB",
+             "--restart")
+    check(cp.returncode == 0 and f"created {dev} (clio_bdev, id 1000)" in _text(cp.stdout),
+          "pool create of a file bdev\n" + describe(cp))
+    check(os.path.exists(dev), f"the new pool's device file {dev} was not created")
+    scratch = f"ram::{env.ram_name}_scratch"
+    cp = ctl("pool", "create", "clio_bdev", scratch, "bdev_type=ram", "capacity=16MB", "--id", "1500.0", "--json")
+    check(cp.returncode == 0, "pool create --json\n" + describe(cp))
+    made = json.loads(_text(cp.stdout))
+    check(len(made) == 1 and made[0]["id"] == 1500 and made[0]["module"] == "clio_bdev" and
+          "16777216" in made[0]["describe"], f"pool create --json: {made}")
+    check(names() == base + [dev, scratch], f"pool list after two creates: {names()}")
+
+    refused(("pool", "create", "clio_nosuch", "x"), 2, r"unknown module 'clio_nosuch' \(known: .*clio_bdev",
+            "an unknown module")
+    refused(("pool", "create", "clio_bdev", "ram::bad", "bdev_type=ram", "capacity=12XB"), 2, r"capacity",
+            "a bad size")
+    refused(("pool", "create", "clio_bdev", "ram::bad", "bdev_type=ram", "colour=red"), 2,
+            r"colour: unknown key", "an unknown key")
+    refused(("pool", "create", "clio_bdev", "ram::bad", "capacity"), 2, r"not KEY=VALUE", "a word, not KEY=VALUE")
+    refused(("pool", "create", "clio_bdev", dev, "bdev_type=file"), 1, r"AlreadyExists.*is running",
+            "a second pool of one name")
+    refused(("pool", "create", "clio_bdev", "ram::bad", "bdev_type=ram", "--id", "1000.0"), 1,
+            r"pool id 1000 is taken by pool", "a taken id")
+    refused(("pool", "create", "clio_bdev", "ram::bad", "--id", "x.y"), 2, r"bad pool_id", "a malformed id")
+    refused(("pool", "destroy", base[0]), 1, r"comes from the config", "destroying a pool of the config")
+    refused(("pool", "destroy", "nosuch"), 1, r"no pool named 'nosuch'", "destroying an unknown pool")
+    refused(("pool", "create", "clio_bdev"), 2, r"name", "a missing name")
+    check("ram::bad" not in names(), f"a refused create left a pool behind: {names()}")
+
+    compose_file = os.path.join(env.T, "more.yaml")
+    with open(compose_file, "w") as f:
+        f.write(POOL_COMPOSE)
+    cp = ctl("compose", "start", compose_file)
+    check(cp.returncode == 0 and _text(cp.stdout).count("created") == 4, "compose start\n" + describe(cp))
+    members = [os.path.join(env.state, f"c{i}.dat") for i in range(3)]
+    check(names() == base + [dev, scratch] + members + ["safe::composed"], f"pool list after compose start: {names()}")
+    cp = ctl("array", "status", "safe::composed", "--json")
+    check(cp.returncode == 0, "array status of the composed array\n" + describe(cp))
+    st = json.loads(_text(cp.stdout))
+    check(st["health"] == "ok" and st["failed_members"] == 0 and st["k"] == 2 and
+          [m["state"] for m in st["members"]] == ["ok"] * 3, f"array status of the composed array: {st}")
+    refused(("pool", "destroy", members[1]), 1, r"is used by pool 'safe::composed'", "destroying a member in use")
+    refused(("compose", "start", compose_file), 1, r"AlreadyExists", "compose start twice")
+    cp = ctl("compose", "stop", compose_file)
+    out = _text(cp.stdout)
+    check(cp.returncode == 0 and out.find("destroyed safe::composed") < out.find(f"destroyed {members[0]}") and
+          out.count("destroyed") == 4, "compose stop: the array goes before its members\n" + describe(cp))
+    check(names() == base + [dev, scratch], f"pool list after compose stop: {names()}")
+    cp = ctl("compose", "stop", compose_file)
+    check(cp.returncode == 0 and "nothing destroyed" in _text(cp.stdout), "compose stop again\n" + describe(cp))
+    refused(("compose", "start", os.path.join(env.T, "missing.yaml")), 2, r"missing\.yaml", "a missing compose file")
+    cp = run_cmd([env.clio_run, "compose", "start", compose_file], env=env.env())
+    check(cp.returncode == 0 and _text(cp.stdout).count("created") == 4, "clio_run compose start\n" + describe(cp))
+
+    # A restart brings back the --restart pool only; its device keeps its path.
+    env.stop_runtime()
+    env.start_runtime()
+    check(names() == base + [dev], f"pool list after a restart: {names()}")
+    pool_log = os.path.join(env.state, "pools.json")
+    with open(pool_log) as f:
+        check(dev in f.read(), f"{pool_log} does not record {dev}")
+    cp = ctl("pool", "destroy", dev)
+    check(cp.returncode == 0 and f"destroyed {dev}" in _text(cp.stdout), "pool destroy\n" + describe(cp))
+    check(not os.path.exists(pool_log), f"{pool_log} is left after its last pool was destroyed")
+    check(os.path.exists(dev), "pool destroy removed the device's data; it only stops the pool")
+    cp = ctl("pool", "create", "clio_bdev", scratch, "bdev_type=ram", "capacity=16MB", "--restart")
+    check(cp.returncode == 0, "pool create --restart of a RAM pool\n" + describe(cp))
+    env.stop_runtime()
+    cp = run_cmd([env.clio_run, "start", "--fresh"], env=env.env(), keep_as=env.logs("clio_run"))
+    check(cp.returncode == 0, "clio_run start --fresh\n" + describe(cp))
+    wait_until(lambda: env.runtime_status() == 0, "`clio_run status` to report running")
+    check(names() == base, f"pool list after start --fresh: {names()}")
+    check(not os.path.exists(pool_log), f"start --fresh left {pool_log}")
+
+    env.stop_runtime()
+    for args in (("pool", "create", "clio_bdev", "ram::x", "bdev_type=ram"), ("pool", "destroy", "x"),
+                 ("compose", "start", compose_file), ("compose", "stop", compose_file)):
+        refused(args, 1, r"\S", f"{' '.join(args[:2])} with the daemon down")
+
+
 SCENARIO_FUNCS = {
     "clean_restart": scenario_clean_restart,
     "kill9_restart": scenario_kill9_restart,
@@ -2030,6 +2168,7 @@ SCENARIO_FUNCS = {
     "metrics": scenario_metrics,
     "admin_ops": scenario_admin_ops,
     "dashboard": scenario_dashboard,
+    "pool_ops": scenario_pool_ops,
 }
 
 
