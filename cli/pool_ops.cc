@@ -1,6 +1,7 @@
 // `clioctl pool create|destroy` and `compose start|stop FILE` (also `clio_run compose`): pools
 // made and destroyed on the running node. The runtime parses and checks everything (the keys are
 // those of a compose entry, read by the module's own parser); this side only builds the request.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -61,13 +62,8 @@ Result<uint32_t> FreePoolId(RuntimeClient& c) {
   auto r = c.Call(0, static_cast<uint32_t>(AdminMethod::kListPools), "");
   if (!r.ok()) return r.status();
   CLIO_ASSIGN_OR_RETURN(std::vector<PoolInfo> pools, DecodePoolList(*r));
-  uint32_t id = 1000;
-  for (bool taken = true; taken; ++id) {
-    taken = false;
-    for (const PoolInfo& p : pools) taken |= p.id == id;
-    if (!taken) return id;
-  }
-  return id;
+  for (uint32_t id = 1000;; ++id)
+    if (std::none_of(pools.begin(), pools.end(), [id](const PoolInfo& p) { return p.id == id; })) return id;
 }
 
 }  // namespace
