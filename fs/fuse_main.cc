@@ -12,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -913,7 +914,12 @@ int Main(int argc, char** argv) {
       fuse_loop_config lc{};
       lc.clone_fd = 0;
       lc.max_idle_threads = 16;
-      rc = fuse_session_loop_mt(se, &lc) == 0 ? 0 : 1;
+      // 0, -errno, or the number of the signal that ended it. SIGTERM, SIGINT and SIGHUP are
+      // how a stop asks (systemd sends SIGTERM right after ExecStop's fusermount3 -u, which can
+      // land before the loop has seen the unmount): a clean exit, not a failed unit.
+      int loop = fuse_session_loop_mt(se, &lc);
+      rc = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : 1;
+      if (rc != 0) std::fprintf(stderr, "clio-fuse: the session ended with %d\n", loop);
       fuse_session_unmount(se);
     }
     fuse_remove_signal_handlers(se);

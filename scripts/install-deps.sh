@@ -29,7 +29,7 @@ PACKAGES=(
 # only for scripts/test.sh, not for a plain run).
 case "${1:-}" in
   "") ;;
-  --tests) PACKAGES+=(chromium fonts-dejavu-core) ;;
+  --tests) PACKAGES+=(chromium fonts-dejavu-core debootstrap systemd-container) ;;
   *) echo "usage: scripts/install-deps.sh [--tests]" >&2; exit 2 ;;
 esac
 

@@ -141,6 +141,19 @@ def check_fuse_notify(env):
         except subprocess.TimeoutExpired:
             raise TestFailure("clio-fuse did not exit within 60 s of the unmount")
         check(rc == 0, f"clio-fuse exited with {rc} after the unmount")
+        # A stop by signal (what systemd sends after ExecStop, or instead of it) is a clean
+        # exit too: the mount goes and the exit status is 0, so the unit does not end failed.
+        p = subprocess.Popen([env.clio_fuse, env.mnt, "-f"], env=e, stdin=subprocess.DEVNULL, stdout=log_f,
+                             stderr=log_f)
+        ready = notify.next("READY")
+        check(ready.get("READY") == "1", f"clio-fuse, second mount: {ready}")
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("clio-fuse did not exit within 60 s of SIGTERM")
+        check(rc == 0, f"clio-fuse exited with {rc} after SIGTERM (expected a clean stop)")
+        check(not is_mounted(env.mnt), "the mount is still there after clio-fuse exited on SIGTERM")
     finally:
         if p.poll() is None:
             p.kill()
@@ -148,7 +161,7 @@ def check_fuse_notify(env):
         notify.close()
         log_f.close()
     env.stop_runtime()
-    log("clio-fuse: READY=1 once mounted")
+    log("clio-fuse: READY=1 once mounted; a clean exit after an unmount and after SIGTERM")
 
 
 def main():
