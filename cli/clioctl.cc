@@ -1,4 +1,4 @@
-// clioctl: the admin CLI: `stat`, `flush [PATH]`, `locate PATH`; `tier stat`, `tier add`,
+// clioctl: the admin CLI: `stat`, `flush [PATH]`, `locate PATH`; `tier list`, `tier stat`, `tier add`,
 // `tier rm`, `tier lifespan get|set`, `tier drain`, `tier undrain`; `pool list|create|destroy`;
 // `compose start|stop FILE`;
 // `array status|add|remove|recover|verify` for safe-bdev arrays.
@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
   locate->add_flag("--json", ctx.json, "print JSON");
   auto* tier = app.add_subcommand("tier", "storage tiers");
   tier->require_subcommand(1);
+  auto* tlist = tier->add_subcommand(
+      "list", "one row per tier in placement order: id, type, persistence, backend, and its state (active, "
+              "draining, drained, dying, dead, degraded)");
+  tlist->add_flag("--json", ctx.json, "print JSON instead of a table");
   auto* stat = tier->add_subcommand("stat", "one row per tier: capacity, used, remaining, score, persistence");
   stat->add_flag("--json", ctx.json, "print JSON instead of a table");
   std::string tier_name;
@@ -149,6 +153,7 @@ int main(int argc, char** argv) {
   if (*dstat) return clio::Stat(ctx);
   if (*flush) return clio::Flush(ctx, path);
   if (*locate) return clio::Locate(ctx, path, fs_pool);
+  if (*tlist) return clio::TierList(ctx);
   if (*stat) return clio::TierStat(ctx);
   if (*lget) return clio::TierLifespan(ctx, tier_name, std::nullopt);
   if (*lset) return clio::TierLifespan(ctx, tier_name, days);

@@ -18,6 +18,8 @@ struct CommandContext {
   std::set<std::string> configured_tiers;  // the paths of the config's storage entries
 };
 
+// `clioctl tier list`: each tier's id, type, persistence and state (draining, dying ...): cli/tier_list.cc
+int TierList(const CommandContext& ctx);
 // `clioctl tier stat`: cli/tier_stat.cc
 int TierStat(const CommandContext& ctx);
 // `clioctl tier lifespan get NAME` (no days) / `set NAME DAYS`: cli/tier_ops.cc

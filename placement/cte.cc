@@ -70,6 +70,21 @@ Result<std::unique_ptr<Cte>> Cte::Open(const CteConfig& config, KvStore* kv) {
   });
   cte->flusher_ = std::thread([c = cte.get()] { c->FlusherLoop(); });
   if (config.reorganize) cte->reorganizer_ = std::thread([c = cte.get()] { c->ReorganizerLoop(); });
+  std::vector<uint64_t> resume;  // tiers a drain left marked and not yet empty
+  for (const auto& t : *cte->Tiers())
+    if (t->draining.load() && t->bdev->GetStats().used > 0) resume.push_back(t->bdev->tier_id());
+  if (!resume.empty()) {
+    MutexLock l(&cte->resume_mu_);
+    cte->drain_resumer_ = std::thread([c = cte.get(), resume] {
+      Status first;
+      for (uint64_t id : resume) {
+        CLIO_LOG_INFO("resuming the drain of tier {:#x}, interrupted by the last stop", id);
+        Status s = c->Drain(id);
+        if (!s.ok() && first.ok()) first = s;
+      }
+      c->resumed_drains_ = first;
+    });
+  }
   cte->sampler_ = metrics::SamplerRegistration([c = cte.get()] { return c->SampleMetrics(); });
   return cte;
 }

@@ -232,7 +232,12 @@ class Cte {
   // blob (every blob stays intact and readable, the ones moved so far stay moved), Busy when
   // a blob kept changing or bytes stay allocated that no index entry names, errors of the
   // tiers and the metadata store. One drain or reorganizer pass runs at a time.
+  // A drain cut short by a stop or a crash resumes by itself: Open() starts one in the
+  // background for every tier whose mark it finds with bytes still on the tier. Stop() ends a
+  // running drain between two blobs (Unavailable); the mark stays, so the next start resumes it.
   Status Drain(uint64_t tier_id);
+  // Waits for the drains Open() resumed; their first error, Ok when there were none.
+  Status WaitResumedDrains();
   Result<DrainProgress> GetDrainProgress(uint64_t tier_id);
   // Lifts a drain mark: placement may use the tier again (its lifespan permitting).
   Status Undrain(uint64_t tier_id);
@@ -488,6 +493,13 @@ class Cte {
   bool reorg_stop_ GUARDED_BY(reorg_mu_) = false;
   CondVar reorg_cv_;
   std::thread reorganizer_;
+  // Drains resumed at start (Open) run on their own thread; Stop() makes every mover give up
+  // between two blobs.
+  std::atomic<bool> movers_stop_{false};
+  Mutex resume_mu_;
+  std::thread drain_resumer_ GUARDED_BY(resume_mu_);
+  // Written by drain_resumer_ only; read after joining it (the join orders the write first).
+  Status resumed_drains_;
   // What the KV store's commit thread may touch of this CTE: the pre-commit hook and deferred
   // frees outlive the Cte object (the store closes after the pools), so they go through this
   // shared state and do nothing once the tiers are closed.

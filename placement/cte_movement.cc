@@ -225,6 +225,8 @@ Status Cte::Drain(uint64_t tier_id) {
         if (std::none_of(e->copies.begin(), e->copies.end(),
                          [&](const BlobCopy& c) { return c.tier_id == tier_id; }))
           continue;
+        if (movers_stop_.load())
+          return fail(Unavailable("the placement engine is stopping; the drain resumes at the next start"));
         uint64_t tag = 0, blob = 0;
         if (!ParseBlobKey(key, &tag, &blob)) return fail(Corruption("a blob index key that does not parse"));
         Status s = DrainBlob(tag, blob, t, &moved);
@@ -250,6 +252,12 @@ Status Cte::Drain(uint64_t tier_id) {
                                           "(writes in flight?); drain again"));
     }
   }
+}
+
+Status Cte::WaitResumedDrains() {
+  MutexLock l(&resume_mu_);
+  if (drain_resumer_.joinable()) drain_resumer_.join();
+  return resumed_drains_;
 }
 
 Result<DrainProgress> Cte::GetDrainProgress(uint64_t tier_id) {

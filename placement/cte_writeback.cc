@@ -305,6 +305,9 @@ Result<uint64_t> Cte::DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob) {
 }
 
 Status Cte::Stop() {
+  // A resumed drain first: it gives up between two blobs and resumes at the next start.
+  movers_stop_.store(true);
+  (void)WaitResumedDrains();
   {
     // The reorganizer first: it moves data the final flush must see.
     MutexLock r(&reorg_mu_);

@@ -621,6 +621,44 @@ TEST_CASE("the CTE pool serves SetLifespan, Drain, DrainProgress, Undrain and Re
   f.cte.reset();  // owned by the pool now
 }
 
+TEST_CASE("a drain cut short resumes by itself at the next start and empties the tier") {
+  Options o;
+  o.with_ram = false;
+  o.slow = 2 * MiB;
+  MoveFixture f(o);
+  for (uint64_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(7, b, 0, Random(MiB, 70 + b)).ok());
+  REQUIRE(f.cte->Drain(f.Id("fast")).code() == Code::kNoSpace);  // the slow tier filled up
+  REQUIRE(f.kv->Sync().ok());  // extents a move released are freed once that is durable
+  CHECK(f.Used("fast") == 2 * MiB);
+  const uint64_t fast = f.Id("fast");
+  // The operator adds room (a tier in the config) and restarts: nobody runs `tier drain` again.
+  CteConfig c = f.Config();
+  c.tiers.push_back(FileTier(f.dir + "/extra.dat", 64 * MiB, 0.4));
+  f.Stop();
+  auto opened = f.OpenWith(c);
+  REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
+  f.cte = std::move(opened).value();
+  Status resumed = f.cte->WaitResumedDrains();
+  CHECK_MESSAGE(resumed.ok(), resumed.ToString());
+  auto p = f.cte->GetDrainProgress(fast);
+  REQUIRE(p.ok());
+  CHECK(p->draining);
+  CHECK(p->bytes_left == 0);
+  CHECK(p->moved_bytes == 2 * MiB);
+  CHECK(f.Used("extra") == 2 * MiB);
+  for (uint64_t b = 0; b < 4; ++b) {
+    CHECK(f.Where(7, b) != std::vector<uint64_t>{fast});
+    CHECK(f.Get(7, b, 0, MiB) == Random(MiB, 70 + static_cast<uint32_t>(b)));
+  }
+  // Nothing to resume at the next start: an empty drained tier stays marked, and idle.
+  f.Stop();
+  auto again = f.OpenWith(c);
+  REQUIRE_MESSAGE(again.ok(), again.status().ToString());
+  f.cte = std::move(again).value();
+  CHECK(f.cte->WaitResumedDrains().ok());
+  CHECK(f.cte->GetDrainProgress(fast)->moved_bytes == 0);
+}
+
 TEST_CASE("lifespans and drain marks survive a restart; a corrupt record is refused") {
   Options o;
   o.with_ram = false;

@@ -50,7 +50,7 @@ def main():
             (["clioctl", "compose", ""], ["start", "stop"]),
             (["clioctl", "compose", "start", "/et"], ["/etc"]),
             (["clioctl", "ti"], ["tier"]),
-            (["clioctl", "--json", "tier", ""], ["stat", "lifespan", "drain", "undrain", "add", "rm"]),
+            (["clioctl", "--json", "tier", ""], ["list", "stat", "lifespan", "drain", "undrain", "add", "rm"]),
             (["clioctl", "tier", "lifespan", ""], ["get", "set"]),
             (["clioctl", "array", "re"], ["remove", "recover"]),
             (["clioctl", "tier", "add", "/x", "capa"], ["capacity_limit="]),

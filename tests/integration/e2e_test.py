@@ -1161,8 +1161,17 @@ def scenario_tier_ops(env):
         f.write(b"z" * 100000)
     check(next(t for t in env.tier_stat() if t["name"] == ram["name"])["used"] == 0,
           "a drained tier took new data")
+    listed = {t["name"]: t for t in json.loads(_text(ctl("tier", "list", "--json").stdout))}
+    check(listed[ram["name"]]["draining"] and listed[ram["name"]]["state"].startswith("drained"),
+          f"tier list of the drained RAM tier: {listed[ram['name']]}")
+    check(listed[disk["name"]]["state"] == "active", f"tier list of the disk tier: {listed[disk['name']]}")
     cp = ctl("tier", "undrain", ram["name"])
     check(cp.returncode == 0, "tier undrain failed\n" + describe(cp))
+    cp = ctl("tier", "list")
+    rows = [l.split() for l in _text(cp.stdout).splitlines()]
+    check(cp.returncode == 0 and rows[0][:3] == ["NAME", "ID", "TYPE"] and
+          {r[0]: r[-1] for r in rows[1:]} == {ram["name"]: "active", disk["name"]: "active"},
+          "tier list after undrain\n" + describe(cp))
 
     cp = ctl("tier", "lifespan", "get", disk["name"], "--json")
     check(cp.returncode == 0 and json.loads(_text(cp.stdout))["lifetime_days"] >= 999999,
@@ -1171,6 +1180,11 @@ def scenario_tier_ops(env):
     check(cp.returncode == 0 and "30 days" in _text(cp.stdout), "lifespan set\n" + describe(cp))
     cp = ctl("tier", "lifespan", "get", disk["name"], "--json")
     check(json.loads(_text(cp.stdout))["lifetime_days"] == 30, "lifespan read back\n" + describe(cp))
+    cp = ctl("tier", "lifespan", "set", disk["name"], "3")
+    dying = {t["name"]: t for t in json.loads(_text(ctl("tier", "list", "--json").stdout))}[disk["name"]]
+    check(cp.returncode == 0 and dying["state"].startswith("dying"), f"tier list of a dying tier: {dying}")
+    cp = ctl("tier", "lifespan", "set", disk["name"], "30")
+    check(cp.returncode == 0, "lifespan set back to 30\n" + describe(cp))
 
     # A tier added to the running node takes the flushed copies (it outranks the disk tier),
     # comes back after a restart, and leaves only once drained.
@@ -1240,6 +1254,8 @@ def scenario_tier_ops(env):
     env.stop_runtime()
     cp = ctl("tier", "drain", ram["name"])
     check(cp.returncode == 1 and _text(cp.stderr).strip(), "drain with the daemon down\n" + describe(cp))
+    cp = ctl("tier", "list")
+    check(cp.returncode == 1 and _text(cp.stderr).strip(), "tier list with the daemon down\n" + describe(cp))
 
 
 ATTACHED_CONFIG = """\
