@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   auto* add = tier->add_subcommand(
       "add", "add a tier to the running node (kept across restarts), e.g. "
              "`tier add /mnt/nvme1/clio.dat capacity_limit=100GB score=0.5`, or attach a pool "
-             "composed earlier: `tier add existing_pool_id=301.0 existing_pool_module=clio_bdev`");
+             "of the config or made with `pool create --restart`: `tier add existing_pool_id=301.0 existing_pool_module=clio_bdev`");
   add->add_option("args", add_args,
                   "PATH (a file path, ram::NAME, or s3://bucket/prefix), then KEY=VALUE settings of a "
                   "storage: entry (bdev_type, capacity_limit, score, growth_unit, persistence_level, "

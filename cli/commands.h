@@ -27,7 +27,7 @@ int TierLifespan(const CommandContext& ctx, const std::string& name, std::option
 // `clioctl tier drain NAME` (waits until the tier is empty) / `undrain NAME`: cli/tier_ops.cc
 int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain);
 // `clioctl tier add PATH [KEY=VALUE ...]` (the keys of a storage: entry): cli/tier_add.cc
-// Without PATH, the keys attach a pool composed earlier (existing_pool_id=, existing_pool_module=).
+// Without PATH, the keys attach a bdev pool that lasts (the config's, or pool create --restart).
 int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args);
 // `clioctl tier rm NAME` (a drained, empty tier): cli/tier_rm.cc
 int TierRm(const CommandContext& ctx, const std::string& name);

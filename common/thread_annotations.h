@@ -25,6 +25,7 @@
 #define RELEASE(...) CLIO_TSA(release_capability(__VA_ARGS__))
 #define RELEASE_SHARED(...) CLIO_TSA(release_shared_capability(__VA_ARGS__))
 #define EXCLUDES(...) CLIO_TSA(locks_excluded(__VA_ARGS__))
+#define ASSERT_CAPABILITY(x) CLIO_TSA(assert_capability(x))
 #define NO_THREAD_SAFETY_ANALYSIS CLIO_TSA(no_thread_safety_analysis)
 
 namespace clio {
@@ -36,6 +37,8 @@ class CAPABILITY("mutex") Mutex {
   // For std::condition_variable_any and std::unique_lock interop.
   void lock() ACQUIRE() { mu_.lock(); }
   void unlock() RELEASE() { mu_.unlock(); }
+  // Tells the analysis that the caller holds the mutex (it cannot see it through a callback).
+  void AssertHeld() const ASSERT_CAPABILITY(this) {}
 
  private:
   std::mutex mu_;

@@ -59,6 +59,17 @@ class PoolRegistry {
   virtual Pool* FindById(uint32_t id) = 0;
   // The ids of the pools composed so far, in compose order.
   virtual std::vector<uint32_t> PoolIds() { return {}; }
+  // Whether the pool comes back by itself at the next start: a pool of the config, or one
+  // recorded in the pool log (restart: true). State that lasts (a tier record) may name only
+  // such a pool. A lookup of such a pool during the start finds it even when the pool log
+  // recreates it after the config's pools.
+  virtual bool Lasting(uint32_t id) {
+    (void)id;
+    return true;
+  }
+  // Drops the use a lookup recorded (FindByName/FindById): the pool may be destroyed before
+  // the caller again. For a pool that stops using another one (a tier removed).
+  virtual void Release(uint32_t id) { (void)id; }
   template <typename T>
   T* Find(std::string_view name) {
     return dynamic_cast<T*>(FindByName(name));

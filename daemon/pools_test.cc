@@ -34,6 +34,12 @@ class TestPool : public Pool {
   TestPool(Journal* j, std::string label, PoolRegistry* registry) : j_(j), label_(std::move(label)), registry_(registry) {}
   Result<std::string> Handle(uint32_t method, std::string_view payload) override {
     if (method == 6 && !registry_->FindByName(payload)) return NotFound("no pool " + std::string(payload));
+    if (method == 7) {  // "ID": gives back the use of that pool; answers whether it lasts
+      const uint32_t id = static_cast<uint32_t>(std::stoul(std::string(payload)));
+      const bool lasting = registry_->Lasting(id);
+      registry_->Release(id);
+      return std::string(lasting ? "lasting" : "not lasting");
+    }
     if (method == 5) {
       j_->inside = true;
       while (j_->hold) std::this_thread::yield();
@@ -81,11 +87,12 @@ struct Node {
     Down();
     std::filesystem::remove_all(dir);
   }
-  // Starts a runtime on the node's state directory: one pool of the config, then the pool log.
-  Status Up() {
+  // Starts a runtime on the node's state directory: the pools of the config (`base`, then
+  // `more` entries), then the pool log.
+  Status Up(const std::string& more = "") {
     auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir +
                                       "\n  http_port: 0\ncompose:\n  - mod_name: test\n    pool_name: base\n"
-                                      "    pool_id: \"7.0\"\n",
+                                      "    pool_id: \"7.0\"\n" + more,
                                   "t.yaml");
     REQUIRE(cfg.ok());
     rt = std::make_unique<Runtime>(std::move(cfg).value());
@@ -290,6 +297,42 @@ TEST_CASE("pools created with restart: true come back after a restart; the other
   n.Down();
   REQUIRE(n.Up().ok());
   CHECK(n.Names() == std::vector<std::string>{"base"});
+}
+
+TEST_CASE("a pool of the config that uses a logged pool finds it at start; a released use lets it go") {
+  Node n;
+  REQUIRE(n.Up().ok());
+  REQUIRE(n.rt->CreatePools(Document(Entry("dev", "1000.0", "    restart: true\n    label: dev\n") +
+                                     Entry("temp", "1001.0")),
+                            "d.yaml")
+              .ok());
+  // Only the config's pools and the logged ones come back by themselves.
+  CHECK(*n.Client()->Call(7, 7, "7") == "lasting");
+  CHECK(*n.Client()->Call(7, 7, "1000") == "lasting");
+  CHECK(*n.Client()->Call(7, 7, "1001") == "not lasting");
+  n.Down();
+  // The config now holds a pool that uses `dev`, which only the pool log makes: it is created
+  // when `user` looks it up, before `user`, and outlives it.
+  REQUIRE(n.Up(Entry("user", "8.0", "    uses: dev\n")).ok());
+  CHECK(n.Names() == std::vector<std::string>{"base", "dev", "user"});
+  CHECK(*n.Client()->Call(1000, 1, "a") == "dev:a");
+  Status busy = n.rt->DestroyPool("dev");
+  CHECK(busy.code() == Code::kBusy);
+  CHECK(busy.message() == "pool 'dev' is used by pool 'user'; destroy that one first");
+  n.journal.stopped.clear();
+  n.Down();
+  CHECK(n.journal.stopped == std::vector<std::string>{"user", "dev", "base"});
+
+  // Once `user` gives the use back, `dev` may go.
+  REQUIRE(n.Up(Entry("user", "8.0", "    uses: dev\n")).ok());
+  CHECK(*n.Client()->Call(8, 7, "1000") == "lasting");
+  REQUIRE(n.rt->DestroyPool("dev").ok());
+  CHECK(n.Names() == std::vector<std::string>{"base", "user"});
+  n.Down();
+  // And with `dev` gone from the log, the config's `user` cannot start: the start names why.
+  Status s = n.Up(Entry("user", "8.0", "    uses: dev\n"));
+  CHECK(s.code() == Code::kConfigError);
+  CHECK_MESSAGE(s.message().find("no pool 'dev'") != std::string::npos, s.ToString());
 }
 
 TEST_CASE("destroying a logged pool drops it from the log; a broken log stops the start, naming the way out") {

@@ -166,6 +166,7 @@ struct Runtime::PoolSlot {
   std::unique_ptr<PoolRegistry> view;  // declared before pool: the pool goes first
   std::unique_ptr<Pool> pool;
   bool from_config = false;
+  std::atomic<bool> lasting{false};  // from the config or in the pool log: back at every start
   std::atomic<int64_t> inflight{0};
   std::atomic<bool> retiring{false};
   std::vector<uint32_t> uses;  // ids of pools this one looked up (deps_mu_)
@@ -178,6 +179,8 @@ class Runtime::PoolView final : public PoolRegistry {
   Pool* FindByName(std::string_view name) override { return rt_->LookUp(owner_, name, 0); }
   Pool* FindById(uint32_t id) override { return rt_->LookUp(owner_, {}, id); }
   std::vector<uint32_t> PoolIds() override { return rt_->PoolIds(); }
+  bool Lasting(uint32_t id) override { return rt_->Lasting(id); }
+  void Release(uint32_t id) override { rt_->ReleaseUse(owner_, id); }
 
  private:
   Runtime* const rt_;
@@ -262,46 +265,70 @@ Result<std::shared_ptr<Runtime::PoolSlot>> Runtime::MakePool(const ComposeEntry&
 
 Status Runtime::Compose() {
   MutexLock l(&compose_mu_);
+  // The log is read first: a pool of the config may use a pool of the log (a tier added at run
+  // time on a pool made with --restart), which is then created when it is looked up.
+  Status loaded = LoadLog();
+  if (!loaded.ok()) return loaded;
+  composing_.store(std::this_thread::get_id());
   for (const auto& entry : config_.compose) {
     auto slot = MakePool(entry, config_.file);
     if (!slot.ok()) {
+      composing_.store({});
       (void)StopPools();
       return slot.status();
     }
     (*slot)->from_config = true;
+    (*slot)->lasting = true;
     WriterLock w(&mu_);
     pools_.push_back(std::move(slot).value());
   }
-  return RecreateLogged();
+  composing_.store({});
+  for (size_t i = 0; i < logged_.size(); ++i)
+    if (logged_[i].pending) RecreateLogged(i);
+  return Status::Ok();
 }
 
-Status Runtime::RecreateLogged() {
+Status Runtime::LoadLog() {
   const std::string path = PoolLogPath(config_);
   std::ifstream in(path);
   if (!in) return Status::Ok();  // no pools were created at run time
   std::stringstream text;
   text << in.rdbuf();
   auto doc = ParseComposeDocument(text.str(), path, config_.state_dir);
-  if (!doc.ok()) {
-    (void)StopPools();
+  if (!doc.ok())
     return ConfigError(doc.status().message() +
                        " (the pool log is written by the runtime; fix it, or start with --fresh to "
                        "discard the pools created at run time)");
-  }
   for (const ComposeEntry& e : doc->entries) {
-    Logged rec{e.pool_name, e.mod_name, e.pool_major, doc->root, e.node, {}};
-    auto slot = MakePool(e, path);
-    if (slot.ok()) {
-      WriterLock w(&mu_);
-      pools_.push_back(std::move(slot).value());
-    } else {
-      rec.failure = slot.status().ToString();
-      CLIO_LOG_ERROR("pool {} of the pool log was not recreated: {} (it stays in {}; `clioctl pool "
-                     "destroy {}` drops it)", e.pool_name, rec.failure, path, e.pool_name);
-    }
-    logged_.push_back(std::move(rec));
+    logged_.push_back({e.pool_name, e.mod_name, e.pool_major, doc->root, e.node, {}, /*pending=*/true, e});
   }
   return Status::Ok();
+}
+
+void Runtime::RecreateLogged(size_t i) {
+  const std::string path = PoolLogPath(config_);
+  logged_[i].pending = false;  // before MakePool: a lookup cycle must not come back here
+  const ComposeEntry e = logged_[i].entry;
+  auto slot = MakePool(e, path);
+  if (slot.ok()) {
+    (*slot)->lasting = true;
+    WriterLock w(&mu_);
+    pools_.push_back(std::move(slot).value());
+    return;
+  }
+  logged_[i].failure = slot.status().ToString();
+  CLIO_LOG_ERROR("pool {} of the pool log was not recreated: {} (it stays in {}; `clioctl pool "
+                 "destroy {}` drops it)", e.pool_name, logged_[i].failure, path, e.pool_name);
+}
+
+bool Runtime::RecreateOnDemand(std::string_view name, uint32_t id) {
+  for (size_t i = 0; i < logged_.size(); ++i) {
+    if (!logged_[i].pending || (name.empty() ? logged_[i].major != id : logged_[i].name != name)) continue;
+    CLIO_LOG_INFO("pool {} of the pool log is used by a pool of the config: created first", logged_[i].name);
+    RecreateLogged(i);
+    return logged_[i].failure.empty();
+  }
+  return false;
 }
 
 Status Runtime::SaveLog() {
@@ -339,9 +366,14 @@ Result<std::vector<PoolInfo>> Runtime::CreatePools(std::string_view yaml, const 
   if (failed.ok()) {
     const size_t before = logged_.size();
     for (const ComposeEntry& e : doc.entries)
-      if (e.restart) logged_.push_back({e.pool_name, e.mod_name, e.pool_major, doc.root, e.node, {}});
+      if (e.restart) logged_.push_back({e.pool_name, e.mod_name, e.pool_major, doc.root, e.node, {}, false, e});
     if (logged_.size() != before) failed = SaveLog().WithContext("recording the pool log");
-    if (failed.ok()) return made;
+    if (failed.ok()) {
+      for (const ComposeEntry& e : doc.entries)
+        if (e.restart)
+          if (auto slot = SlotById(e.pool_major)) slot->lasting = true;
+      return made;
+    }
     logged_.resize(before);
   }
   // All or nothing: undo this call's pools, newest first.
@@ -567,6 +599,23 @@ std::shared_ptr<Runtime::PoolSlot> Runtime::SlotById(uint32_t id) const {
 }
 
 Pool* Runtime::LookUp(PoolSlot* user, std::string_view name, uint32_t id) {
+  if (Pool* p = LookUpRunning(user, name, id)) return p;
+  if (composing_.load() != std::this_thread::get_id()) return nullptr;
+  compose_mu_.AssertHeld();  // Compose() holds it on this thread, around the factory calling us
+  return RecreateOnDemand(name, id) ? LookUpRunning(user, name, id) : nullptr;
+}
+
+void Runtime::ReleaseUse(PoolSlot* user, uint32_t id) {
+  MutexLock d(&deps_mu_);
+  std::erase(user->uses, id);
+}
+
+bool Runtime::Lasting(uint32_t id) {
+  std::shared_ptr<PoolSlot> s = SlotById(id);
+  return s && s->lasting.load();
+}
+
+Pool* Runtime::LookUpRunning(PoolSlot* user, std::string_view name, uint32_t id) {
   ReaderLock r(&mu_);
   for (const auto& s : pools_) {
     if (name.empty() ? s->pool->id() != id : s->pool->name() != name) continue;

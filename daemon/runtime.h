@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -71,6 +72,7 @@ class Runtime : public PoolRegistry {
   Pool* FindByName(std::string_view name) override;
   Pool* FindById(uint32_t id) override;
   std::vector<uint32_t> PoolIds() override;
+  bool Lasting(uint32_t id) override;
   const RuntimeConfig& config() const { return config_; }
 
  private:
@@ -83,6 +85,8 @@ class Runtime : public PoolRegistry {
     std::shared_ptr<ConfigValue> root;
     const ConfigValue* node = nullptr;
     std::string failure;  // why the last start could not recreate it; empty when running
+    bool pending = false;  // during Compose(): read from the log, not created yet
+    ComposeEntry entry;    // as the log holds it (node points into root)
   };
 
   Result<std::string> HandleAdmin(uint32_t method, std::string_view payload);
@@ -93,17 +97,28 @@ class Runtime : public PoolRegistry {
   Status DestroyLocked(std::string_view name) REQUIRES(compose_mu_);
   Status RetireLocked(std::string_view name) REQUIRES(compose_mu_);
   Status SaveLog() REQUIRES(compose_mu_);
-  Status RecreateLogged() REQUIRES(compose_mu_);
+  // Reads the pool log into logged_, every entry pending.
+  Status LoadLog() REQUIRES(compose_mu_);
+  // Creates logged_[i] (pending); a failure is recorded in it and logged, not returned.
+  void RecreateLogged(size_t i) REQUIRES(compose_mu_);
+  // During Compose(), on the composing thread: a pool of the config looked up a pool that is
+  // not running; if the pool log holds it, it is created now. Whether it was.
+  bool RecreateOnDemand(std::string_view name, uint32_t id) REQUIRES(compose_mu_);
   std::shared_ptr<PoolSlot> SlotById(uint32_t id) const EXCLUDES(mu_);
   std::vector<std::shared_ptr<PoolSlot>> Slots() const EXCLUDES(mu_);
   // A lookup by a pool's own registry: recorded, so the pool found cannot be destroyed first.
   Pool* LookUp(PoolSlot* user, std::string_view name, uint32_t id) EXCLUDES(mu_);
+  Pool* LookUpRunning(PoolSlot* user, std::string_view name, uint32_t id) EXCLUDES(mu_);
+  void ReleaseUse(PoolSlot* user, uint32_t id) EXCLUDES(mu_);
 
   const RuntimeConfig config_;
   std::map<std::string, ModuleFactory> factories_;
   // One create or destroy at a time; taken before mu_.
   Mutex compose_mu_ ACQUIRED_BEFORE(mu_);
   std::vector<Logged> logged_ GUARDED_BY(compose_mu_);
+  // The thread running Compose() (holding compose_mu_), so that its lookups may recreate
+  // pools of the log on demand; a default id otherwise.
+  std::atomic<std::thread::id> composing_{};
   // The pools in creation order. Requests hold a slot (shared) while they run, so a destroyed
   // pool goes away only after its last request.
   mutable SharedMutex mu_;

@@ -70,11 +70,12 @@ struct TierConfig {
   // Volatile tiers only: the most dirty (not yet flushed) bytes the tier may hold.
   // 0: half the tier's capacity. At most the capacity.
   uint64_t dirty_limit = 0;
-  // Set for a storage entry with existing_pool_id: the tier is that pool's device (a pool
-  // composed earlier, which owns it and outlives the CTE), not a bdev of its own; `bdev` is a
+  // Set for a storage entry with existing_pool_id: the tier is that pool's device (a pool that
+  // owns it and is stopped after the CTE), not a bdev of its own; `bdev` is a
   // copy of its config (name, type). The tier owns the device's allocations: nothing else may
   // allocate on it.
   Bdev* attached = nullptr;
+  uint32_t attached_pool = 0;  // that pool's major id
   // Added at run time (AddRecordedTiers): a tier that cannot be opened at start is skipped with
   // a warning rather than refusing the start (the start still refuses if the index names it).
   bool recorded = false;

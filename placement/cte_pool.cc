@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "common/codec.h"
@@ -75,7 +76,13 @@ Status AttachExistingPool(ConfigReader& t, PoolRegistry* registry, TierConfig* t
   if (!bp)
     return t.Error("existing_pool_id", "pool " + id + " ('" + p->name() + "', " + module +
                                            ") is not a block device; tiers attach to bdev pools");
+  // A tier is recorded in the metadata and must find its device at every start.
+  if (!registry->Lasting(pid->first))
+    return t.Error("existing_pool_id", "pool " + id + " ('" + p->name() +
+                                           "') was made at run time without --restart and would not come back "
+                                           "after a restart; make it with `clioctl pool create ... --restart`");
   tc->attached = bp->bdev();
+  tc->attached_pool = pid->first;
   tc->bdev = bp->bdev()->config();
   return Status::Ok();
 }
@@ -238,39 +245,51 @@ ModuleFactory MakeCteModuleFactory(KvStore* kv, uint32_t node_id) {
     CLIO_ASSIGN_OR_RETURN(CteConfig cfg, ParseCteConfig(entry, file, &registry));
     for (TierConfig& tc : cfg.tiers) CLIO_RETURN_IF_ERROR(NameTierForNode(kv, node_id, &tc));
     CLIO_RETURN_IF_ERROR(AddRecordedTiers(kv, file, &registry, &cfg));
+    std::map<uint64_t, uint32_t> attached;
+    for (const TierConfig& tc : cfg.tiers)
+      if (tc.attached) attached[tc.attached->tier_id()] = tc.attached_pool;
     CLIO_ASSIGN_OR_RETURN(auto cte, Cte::Open(cfg, kv));
-    return std::unique_ptr<Pool>(new CtePool(std::move(cte), kv, node_id, &registry));
+    return std::unique_ptr<Pool>(new CtePool(std::move(cte), kv, node_id, &registry, std::move(attached)));
   };
 }
 
 namespace {
 
-// The pools of a registry that existed when it was made: a tier added at run time attaches only
-// to a pool composed before the CTE, which is stopped after it and is there at the next start.
-class EarlierPools final : public PoolRegistry {
+// The pool registry, remembering which pools a parse looked up: the runtime records each
+// lookup as a use, which a tier add that fails gives back.
+class LookupsSeen final : public PoolRegistry {
  public:
-  explicit EarlierPools(PoolRegistry* all) : all_(all), ids_(all->PoolIds()) {}
-  Pool* FindByName(std::string_view name) override {
-    Pool* p = all_->FindByName(name);
-    return p && Known(p->id()) ? p : nullptr;
-  }
-  Pool* FindById(uint32_t id) override { return Known(id) ? all_->FindById(id) : nullptr; }
-  std::vector<uint32_t> PoolIds() override { return ids_; }
+  explicit LookupsSeen(PoolRegistry* all) : all_(all) {}
+  Pool* FindByName(std::string_view name) override { return Seen(all_->FindByName(name)); }
+  Pool* FindById(uint32_t id) override { return Seen(all_->FindById(id)); }
+  std::vector<uint32_t> PoolIds() override { return all_->PoolIds(); }
+  bool Lasting(uint32_t id) override { return all_->Lasting(id); }
+  void Release(uint32_t id) override { all_->Release(id); }
+  const std::vector<uint32_t>& seen() const { return seen_; }
 
  private:
-  bool Known(uint32_t id) const { return std::find(ids_.begin(), ids_.end(), id) != ids_.end(); }
+  Pool* Seen(Pool* p) {
+    if (p) seen_.push_back(p->id());
+    return p;
+  }
   PoolRegistry* const all_;
-  const std::vector<uint32_t> ids_;
+  std::vector<uint32_t> seen_;
 };
 
 }  // namespace
 
-CtePool::CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry)
-    : cte_(std::move(cte)), kv_(kv), node_id_(node_id) {
-  if (registry) earlier_ = std::make_unique<EarlierPools>(registry);
-}
+CtePool::CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry,
+                 std::map<uint64_t, uint32_t> attached)
+    : cte_(std::move(cte)), kv_(kv), node_id_(node_id), registry_(registry), attached_(std::move(attached)) {}
 
 CtePool::~CtePool() = default;
+
+void CtePool::ReleaseUnused(uint32_t pool) {
+  if (!registry_) return;
+  for (const auto& [tier, p] : attached_)
+    if (p == pool) return;  // another tier is still on that pool's device
+  registry_->Release(pool);
+}
 
 std::string CtePool::Describe() const {
   return std::to_string(cte_->ListTiers().size()) + " tiers";
@@ -307,17 +326,35 @@ Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
     }
     case CteMethod::kAddTier: {
       // One runtime-added tier; its keys are checked by the same parser as the config's.
-      CLIO_ASSIGN_OR_RETURN(TierConfig tc, ParseTierSpec(payload, "clioctl tier add", earlier_.get()));
-      CLIO_RETURN_IF_ERROR(NameTierForNode(kv_, node_id_, &tc));
-      CLIO_ASSIGN_OR_RETURN(TierInfo info, cte_->AddTier(tc, payload));
-      return EncodeTierList({info});
+      // Attaching looks the pool up, which the runtime records as a use (so the pool cannot
+      // be destroyed under the tier); a tier that was not added gives the use back.
+      MutexLock l(&attached_mu_);
+      std::optional<LookupsSeen> seen;
+      if (registry_) seen.emplace(registry_);
+      auto tc = ParseTierSpec(payload, "clioctl tier add", seen ? &*seen : nullptr);
+      Status named = tc.ok() ? NameTierForNode(kv_, node_id_, &*tc) : tc.status();
+      auto info = named.ok() ? cte_->AddTier(*tc, payload) : Result<TierInfo>(named);
+      if (!info.ok()) {
+        if (seen)
+          for (uint32_t pool : seen->seen()) ReleaseUnused(pool);
+        return info.status();
+      }
+      if (tc->attached_pool) attached_[info->tier_id] = tc->attached_pool;
+      return EncodeTierList({*info});
     }
     case CteMethod::kRemoveTier: {
       Decoder d(payload);
       uint64_t id = 0;
       d.Get(&id);
       CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core RemoveTier"));
+      MutexLock l(&attached_mu_);
       CLIO_RETURN_IF_ERROR(cte_->RemoveTier(id));
+      if (auto it = attached_.find(id); it != attached_.end()) {
+        // The pool's device is no tier any more: it may be destroyed now.
+        const uint32_t pool = it->second;
+        attached_.erase(it);
+        ReleaseUnused(pool);
+      }
       return std::string();
     }
     case CteMethod::kWriteback:

@@ -1,6 +1,7 @@
 // Runtime glue of the CTE core: module "clio_cte_core" as a pool, and its client messages.
 #pragma once
 
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
@@ -30,9 +31,13 @@ enum class CteMethod : uint32_t {
 class CtePool : public Pool {
  public:
   // `kv`: the metadata store the CTE uses (for the names of tiers added at run time);
-  // `registry`: the runtime's pools. Tiers added at run time may attach only to those composed
-  // before this pool (they are stopped after it, and are there at the next start); null: none.
-  CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry = nullptr);
+  // `registry`: the runtime's pools (this pool's view). A tier added at run time may attach to
+  // a bdev pool that comes back at every start (PoolRegistry::Lasting: the config's, or one
+  // made with --restart); the lookup is recorded, so that pool is stopped after this one and
+  // cannot be destroyed while the tier exists. Null: no pool can be attached.
+  // `attached`: the tiers of the config that attach to a pool, by tier id.
+  CtePool(std::unique_ptr<Cte> cte, KvStore* kv, uint32_t node_id, PoolRegistry* registry = nullptr,
+          std::map<uint64_t, uint32_t> attached = {});
   ~CtePool() override;
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   Status Stop() override { return cte_->Stop(); }
@@ -45,7 +50,13 @@ class CtePool : public Pool {
   std::unique_ptr<Cte> cte_;
   KvStore* const kv_;
   const uint32_t node_id_;
-  std::unique_ptr<PoolRegistry> earlier_;  // the registry as it was when this pool was made
+  // Gives the runtime back the use of `pool` unless a tier is still on its device.
+  void ReleaseUnused(uint32_t pool) REQUIRES(attached_mu_);
+
+  PoolRegistry* const registry_;
+  // Tiers on another pool's device: tier id -> pool major id (AddTier, RemoveTier).
+  Mutex attached_mu_;
+  std::map<uint64_t, uint32_t> attached_ GUARDED_BY(attached_mu_);
 };
 
 // Factory for compose entries with mod_name clio_cte_core, on node `node_id` (NameTierForNode). Keys: flush_interval_ms,
@@ -65,7 +76,7 @@ std::string NodeTierName(const std::string& path, BdevType type, uint32_t node);
 Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc);
 
 // Parses a CTE compose entry into its typed config (exposed for tests). Entries with
-// existing_pool_id attach to a pool of `registry` (composed earlier; none without a registry).
+// existing_pool_id attach to a pool of `registry` (one that lasts; none without a registry).
 Result<CteConfig> ParseCteConfig(const ComposeEntry& entry, const std::string& file,
                                  PoolRegistry* registry = nullptr);
 // Parses one entry of the `storage:` list: path and the bdev keys, or existing_pool_id with

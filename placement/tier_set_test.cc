@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "placement/cte.h"
@@ -417,6 +418,12 @@ struct ComposedPools : PoolRegistry {
     for (auto& p : pools) out.push_back(p->id());
     return out;
   }
+  // As the runtime: pools made at run time without --restart do not last; uses are recorded
+  // by lookups (here: counted) and given back by Release.
+  std::set<uint32_t> passing;  // ids that do not come back at the next start
+  std::multiset<uint32_t> released;
+  bool Lasting(uint32_t id) override { return !passing.count(id); }
+  void Release(uint32_t id) override { released.insert(id); }
 };
 
 }  // namespace
@@ -505,20 +512,42 @@ TEST_CASE("existing_pool_id errors name the key, the pool and what is wrong") {
                 cte.status().ToString());
 }
 
-TEST_CASE("at run time a tier attaches only to a pool composed before the CTE") {
+TEST_CASE("at run time a tier attaches to a pool that lasts; a refused or removed tier gives the pool back") {
   ComposedPools pools;
   pools.AddFile("before.dat", 301);
   TierSetFixture f;
   CtePool pool(std::move(f.cte), f.kv.get(), 0, &pools);
-  pools.AddFile("after.dat", 302);  // composed after the CTE: stopped before it
+  pools.AddFile("later.dat", 302);   // made at run time with --restart: it lasts
+  pools.AddFile("passing.dat", 303);  // made at run time without it
+  pools.passing.insert(303);
   auto call = [&](const Keys& k) { return pool.Handle(static_cast<uint32_t>(CteMethod::kAddTier), EncodeTierSpec(k)); };
-  auto late = call({{"existing_pool_id", "302.0"}, {"existing_pool_module", "clio_bdev"}});
-  REQUIRE_FALSE(late.ok());
-  CHECK_MESSAGE(late.status().message().find("no pool 302.0 is composed before") != std::string::npos,
-                late.status().ToString());
+  auto passing = call({{"existing_pool_id", "303.0"}, {"existing_pool_module", "clio_bdev"}});
+  REQUIRE_FALSE(passing.ok());
+  CHECK_MESSAGE(passing.status().message().find("without --restart and would not come back") != std::string::npos,
+                passing.status().ToString());
+  CHECK(pools.released.count(303) == 1);  // the refused add's lookup is given back
+  auto wrong = call({{"existing_pool_id", "302.0"}, {"existing_pool_module", "clio_safe_bdev"}});
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(pools.released.count(302) == 1);
+  auto later = call({{"existing_pool_id", "302.0"}, {"existing_pool_module", "clio_bdev"}});
+  REQUIRE_MESSAGE(later.ok(), later.status().ToString());
   auto early = call({{"existing_pool_id", "301.0"}, {"existing_pool_module", "clio_bdev"}});
   REQUIRE_MESSAGE(early.ok(), early.status().ToString());
-  CHECK(pool.cte()->ListTiers().size() == 2);
+  CHECK(pool.cte()->ListTiers().size() == 3);
+  // A second tier on a pool that is a tier already is refused, and the first keeps its use.
+  auto twice = call({{"existing_pool_id", "302.0"}, {"existing_pool_module", "clio_bdev"}});
+  REQUIRE_FALSE(twice.ok());
+  CHECK(pools.released.count(302) == 1);
+  // Removed (drained first), the tier gives its pool back.
+  auto tiers = DecodeTierList(*later);
+  REQUIRE(tiers.ok());
+  const uint64_t id = tiers->at(0).tier_id;
+  REQUIRE(pool.cte()->Drain(id).ok());
+  Encoder rm;
+  rm.Put<uint64_t>(id);
+  REQUIRE(pool.Handle(static_cast<uint32_t>(CteMethod::kRemoveTier), rm.buffer()).ok());
+  CHECK(pools.released.count(302) == 2);
+  CHECK(pools.released.count(301) == 0);
   REQUIRE(pool.Stop().ok());
 }
 

@@ -2068,8 +2068,9 @@ def scenario_pool_ops(env):
     members and a safe-bdev over them (array status healthy), a member refused destroy while the
     array uses it, `compose stop` destroying the array first; after a restart only --restart
     pools are back, after `start --fresh` none; every bad argument, clash and a stopped daemon
-    give their exit code and say why."""
-    env.check_binaries(env.clio_run, env.clioctl)
+    give their exit code and say why; a --restart pool attached as a tier (`tier add
+    existing_pool_id=`) comes back with its data and is destroyed only once removed."""
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
     env.write_config()
     env.start_runtime()
 
@@ -2151,8 +2152,45 @@ def scenario_pool_ops(env):
     pool_log = os.path.join(env.state, "pools.json")
     with open(pool_log) as f:
         check(dev in f.read(), f"{pool_log} does not record {dev}")
+
+    # A pool made at run time becomes a tier with the keys of a storage entry, if it comes back
+    # at every start (--restart); it cannot be destroyed while it is a tier, and it is back
+    # after a restart with its data, before the CTE that uses it.
+    tmp_pool = f"ram::{env.ram_name}_tmp"
+    cp = ctl("pool", "create", "clio_bdev", tmp_pool, "bdev_type=ram", "capacity=16MB", "--id", "1600.0")
+    check(cp.returncode == 0, "pool create of a pool without --restart\n" + describe(cp))
+    refused(("tier", "add", "existing_pool_id=1600.0", "existing_pool_module=clio_bdev"), 2,
+            r"without --restart and would not come back", "a tier on a pool that is not kept")
+    cp = ctl("pool", "destroy", tmp_pool)
+    check(cp.returncode == 0, "destroying the pool a refused tier add looked at\n" + describe(cp))
+    cp = ctl("tier", "add", "existing_pool_id=1000.0", "existing_pool_module=clio_bdev", "score=0.9", "--json")
+    check(cp.returncode == 0 and json.loads(_text(cp.stdout))["name"] == dev,
+          "tier add of a pool made with --restart\n" + describe(cp))
+    env.mount()
+    payload = os.urandom(3 * 1024 * 1024 + 123)
+    with open(os.path.join(env.mnt, "on_pool.bin"), "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    on_dev = next(t for t in env.tier_stat() if t["name"] == dev)
+    check(on_dev["used"] >= len(payload), f"the attached pool's tier took no fsynced data: {on_dev}")
+    refused(("pool", "destroy", dev), 1, rf"is used by pool '{base[0]}'", "destroying a pool that is a tier")
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    check(sorted(names()) == sorted(base + [dev]), f"pool list after a restart with the attached tier: {names()}")
+    check(dev in {t["name"] for t in env.tier_stat()}, "the tier on the logged pool did not come back")
+    env.mount()
+    check_exact(os.path.join(env.mnt, "on_pool.bin"), payload, "after a restart, on the attached pool's tier")
+    cp = ctl("tier", "drain", dev)
+    check(cp.returncode == 0, "drain of the attached pool's tier\n" + describe(cp))
+    cp = ctl("tier", "rm", dev)
+    check(cp.returncode == 0, "tier rm of the attached pool's tier\n" + describe(cp))
+    check_exact(os.path.join(env.mnt, "on_pool.bin"), payload, "after removing the attached pool's tier")
+    env.unmount()
     cp = ctl("pool", "destroy", dev)
-    check(cp.returncode == 0 and f"destroyed {dev}" in _text(cp.stdout), "pool destroy\n" + describe(cp))
+    check(cp.returncode == 0 and f"destroyed {dev}" in _text(cp.stdout),
+          "pool destroy once its tier is gone\n" + describe(cp))
     check(not os.path.exists(pool_log), f"{pool_log} is left after its last pool was destroyed")
     check(os.path.exists(dev), "pool destroy removed the device's data; it only stops the pool")
     cp = ctl("pool", "create", "clio_bdev", scratch, "bdev_type=ram", "capacity=16MB", "--restart")
