@@ -7,8 +7,7 @@
 namespace clio {
 
 Result<ArrayConnection> ArrayConnection::Open(const CommandContext& ctx, const std::string& array) {
-  RuntimeClient::Options o;
-  o.socket_path = ctx.socket_path;
+  RuntimeClient::Options o = ctx.rpc;
   ArrayConnection c;
   c.name = array;
   CLIO_ASSIGN_OR_RETURN(c.client, RuntimeClient::Connect(o));

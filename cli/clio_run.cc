@@ -143,9 +143,19 @@ int Start(RuntimeConfig cfg, bool foreground, bool fresh) {
 }
 
 Result<std::unique_ptr<RuntimeClient>> ConnectTo(const RuntimeConfig& cfg) {
-  RuntimeClient::Options o;
-  o.socket_path = cfg.socket_path;
+  RuntimeClient::Options o = RuntimeClient::OptionsFor(cfg);
   return RuntimeClient::Connect(o);
+}
+
+// Whether the process has exited: gone, or a zombie its parent (init, for a daemon) has not
+// reaped yet; some inits reap only every few tens of seconds.
+bool Exited(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');  // the name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
 int Stop(const RuntimeConfig& cfg) {
@@ -168,8 +178,7 @@ int Stop(const RuntimeConfig& cfg) {
   std::fprintf(stderr, "clio_run: stopping runtime (pid %llu), flushing data...\n",
                static_cast<unsigned long long>(pid));
   // Wait for the process to finish flushing and exit; a stop that flushes gigabytes takes time.
-  while (pid != 0 && ::kill(static_cast<pid_t>(pid), 0) == 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (pid != 0 && !Exited(static_cast<pid_t>(pid))) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::fprintf(stderr, "clio_run: stopped\n");
   return 0;
 }
@@ -222,7 +231,7 @@ int Main(int argc, char** argv) {
   if (*status) return StatusCmd(*cfg);
   if (*cstart || *cstop) {
     CommandContext ctx;
-    ctx.socket_path = cfg->socket_path;
+    ctx.rpc = RuntimeClient::OptionsFor(*cfg);
     return Compose(ctx, static_cast<bool>(*cstart), compose_file);
   }
   return 2;

@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "clioctl: %s\n", cfg.status().message().c_str());
     return 2;
   }
-  ctx.socket_path = cfg->socket_path;
+  ctx.rpc = clio::RuntimeClient::OptionsFor(*cfg);
   ctx.config_file = cfg->file;
   ctx.node_id = cfg->node_id;
   for (const clio::ComposeEntry& e : cfg->compose) {

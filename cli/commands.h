@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "daemon/ipc.h"
+
 namespace clio {
 
-struct PoolInfo;  // daemon/ipc.h
-
 struct CommandContext {
-  std::string socket_path;
+  RuntimeClient::Options rpc;             // how to reach the runtime (RuntimeClient::OptionsFor)
   bool json = false;
   std::string config_file;                // where the config came from
   uint32_t node_id = 0;                   // runtime.node_id: tier names end in _node<N>

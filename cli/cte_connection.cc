@@ -6,8 +6,7 @@
 namespace clio {
 
 Result<CteConnection> CteConnection::Open(const CommandContext& ctx) {
-  RuntimeClient::Options o;
-  o.socket_path = ctx.socket_path;
+  RuntimeClient::Options o = ctx.rpc;
   CteConnection c;
   c.node_id = ctx.node_id;
   CLIO_ASSIGN_OR_RETURN(c.client, RuntimeClient::Connect(o));

@@ -21,8 +21,7 @@ void PrintPools(const CommandContext& ctx, const std::vector<PoolInfo>& rows) {
 }
 
 int PoolList(const CommandContext& ctx) {
-  RuntimeClient::Options o;
-  o.socket_path = ctx.socket_path;
+  RuntimeClient::Options o = ctx.rpc;
   auto c = RuntimeClient::Connect(o);
   if (!c.ok()) {
     std::fprintf(stderr, "clioctl: %s\n", c.status().message().c_str());

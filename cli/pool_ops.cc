@@ -15,8 +15,7 @@ namespace clio {
 namespace {
 
 Result<std::unique_ptr<RuntimeClient>> Connect(const CommandContext& ctx) {
-  RuntimeClient::Options o;
-  o.socket_path = ctx.socket_path;
+  RuntimeClient::Options o = ctx.rpc;
   return RuntimeClient::Connect(o);
 }
 

@@ -42,15 +42,32 @@ int Stat(const CommandContext& ctx) {
                       {"uptime_s", rt->uptime_s},
                       {"worker_threads", rt->worker_threads},
                       {"client_connections", rt->client_connections},
+                      {"shm_channels", rt->shm_channels},
+                      {"tcp_connections", rt->tcp_connections},
+                      {"malformed_frames", rt->malformed_frames},
+                      {"reaped_clients", rt->reaped_clients},
+                      {"extra_workers", rt->extra_workers},
+                      {"workers_added", rt->workers_added},
+                      {"slow_threads", rt->slow_threads},
+                      {"slow_tasks", rt->slow_tasks},
                       {"pools", rt->pools}};
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
-  std::printf("runtime: pid %llu, up %llu s, %s, %s (this one included), %s\n\n",
+  std::printf("runtime: pid %llu, up %llu s, %s, %s (this one included), %s\n",
               static_cast<unsigned long long>(rt->pid), static_cast<unsigned long long>(rt->uptime_s),
               Count(rt->worker_threads, "worker thread", "worker threads").c_str(),
               Count(rt->client_connections, "client connection", "client connections").c_str(),
               Count(rt->pools, "pool", "pools").c_str());
+  std::printf("clients: %llu over shared memory, %llu over TCP, the rest over the Unix socket; "
+              "%s closed for a malformed frame, %s of exited clients reaped\n",
+              static_cast<unsigned long long>(rt->shm_channels), static_cast<unsigned long long>(rt->tcp_connections),
+              Count(rt->malformed_frames, "connection", "connections").c_str(),
+              Count(rt->reaped_clients, "connection", "connections").c_str());
+  std::printf("workers: %u threads of the slow class (%llu slow tasks run), %u added to stuck I/O workers now "
+              "(%llu ever)\n\n",
+              rt->slow_threads, static_cast<unsigned long long>(rt->slow_tasks), rt->extra_workers,
+              static_cast<unsigned long long>(rt->workers_added));
   int width = 4;  // the TIER column: as wide as the longest name
   for (const TierInfo& t : *tiers) width = std::max(width, static_cast<int>(t.name.size()));
   std::printf("%-*s %-6s %12s %12s %12s %12s %6s %s\n", width, "TIER", "TYPE", "CAPACITY", "USED", "DIRTY",

@@ -425,6 +425,27 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   CLIO_ASSIGN_OR_RETURN(uint64_t http_port, rt.UInt("http_port", kDefaultHttpPort));
   if (http_port > 65535) return rt.Error("http_port", "must be between 0 (no HTTP server) and 65535");
   cfg.http_port = static_cast<uint32_t>(http_port);
+  CLIO_ASSIGN_OR_RETURN(cfg.tcp_address, rt.String("tcp_address", "127.0.0.1"));
+  if (cfg.tcp_address.empty()) return rt.Error("tcp_address", "must not be empty (default 127.0.0.1)");
+  CLIO_ASSIGN_OR_RETURN(uint64_t tcp_port, rt.UInt("tcp_port", 0));
+  if (tcp_port > 65535) return rt.Error("tcp_port", "must be between 0 (no TCP transport) and 65535");
+  cfg.tcp_port = static_cast<uint32_t>(tcp_port);
+  CLIO_ASSIGN_OR_RETURN(cfg.token_file, rt.String("token_file", ""));
+  if (cfg.token_file.empty()) cfg.token_file = cfg.state_dir + "/token";
+  CLIO_ASSIGN_OR_RETURN(uint64_t shm_bytes, rt.Size("shm_channel_size", 2u << 20));
+  if (shm_bytes < 4096 || shm_bytes > (64u << 20))
+    return rt.Error("shm_channel_size", "must be between 4KiB and 64MiB");
+  cfg.shm_channel_bytes = static_cast<uint32_t>(shm_bytes);
+  CLIO_ASSIGN_OR_RETURN(uint64_t grace, rt.UInt("client_reap_grace_s", 5));
+  if (grace > 86400) return rt.Error("client_reap_grace_s", "must be between 0 and 86400 seconds");
+  cfg.client_reap_grace_s = static_cast<uint32_t>(grace);
+  CLIO_ASSIGN_OR_RETURN(cfg.module_dir, rt.String("module_dir", "/usr/lib/clio/modules"));
+  CLIO_ASSIGN_OR_RETURN(uint64_t slow_us, rt.UInt("slow_task_us", 2000));
+  if (slow_us < 1 || slow_us > 60000000) return rt.Error("slow_task_us", "must be between 1 and 60000000 microseconds");
+  cfg.slow_task_us = static_cast<uint32_t>(slow_us);
+  CLIO_ASSIGN_OR_RETURN(uint64_t stuck_ms, rt.UInt("stuck_task_ms", 100));
+  if (stuck_ms < 1 || stuck_ms > 3600000) return rt.Error("stuck_task_ms", "must be between 1 and 3600000 milliseconds");
+  cfg.stuck_task_ms = static_cast<uint32_t>(stuck_ms);
   CLIO_RETURN_IF_ERROR(rt.Finish());
 
   ConfigReader md(top.Child("metadata"), file);

@@ -99,6 +99,27 @@ struct RuntimeConfig {
   // HTTP (/metrics; runtime.http_address, runtime.http_port). Port 0: no HTTP server.
   std::string http_address = "127.0.0.1";
   uint32_t http_port = kDefaultHttpPort;
+  // The TCP client transport (runtime.tcp_address, runtime.tcp_port): off (port 0) unless
+  // configured; a TCP client presents the token of `token_file` first.
+  std::string tcp_address = "127.0.0.1";
+  uint32_t tcp_port = 0;
+  // The node's secret (runtime.token_file, default ${CLIO_STATE_DIR}/token): made 0600 by the
+  // runtime at start when missing. TCP clients and the mutating HTTP API present it.
+  std::string token_file;
+  // Data bytes of one shared-memory channel (runtime.shm_channel_size, 4 KiB..64 MiB).
+  uint32_t shm_channel_bytes = 2u << 20;
+  // A connection whose client process has exited (its socket kept open by a child it forked)
+  // is closed and its channel unmapped after this many seconds (runtime.client_reap_grace_s).
+  uint32_t client_reap_grace_s = 5;
+  // Scheduling (daemon/README.md, "Workers"): a task whose observed mean run time is this long
+  // or longer runs on the slow class instead of inline on an I/O worker (runtime.slow_task_us),
+  // and the monitor adds a thread to an I/O worker stuck this long on one task
+  // (runtime.stuck_task_ms).
+  uint32_t slow_task_us = 2000;
+  // Where external modules are loaded from (runtime.module_dir; daemon/module.h): a root-owned
+  // directory holding lib<mod_name>.so.
+  std::string module_dir = "/usr/lib/clio/modules";
+  uint32_t stuck_task_ms = 100;
   std::vector<ComposeEntry> compose;
   std::shared_ptr<ConfigValue> root;  // owns the tree ComposeEntry::node points into
 };

@@ -20,6 +20,7 @@
 #include "daemon/http.h"
 #include "daemon/ipc.h"
 #include "daemon/runtime.h"
+#include "daemon/test_serving.h"
 
 using namespace clio;
 
@@ -128,9 +129,7 @@ TEST_CASE("the runtime serves /metrics on runtime.http_port, with its own series
   REQUIRE(cfg.ok());
   Runtime rt(std::move(cfg).value());
   REQUIRE(rt.Compose().ok());
-  std::atomic<bool> ready{false};
-  std::thread serve([&] { (void)rt.Serve([&] { ready = true; }); });
-  while (!ready) std::this_thread::yield();
+  testing::ServingThread serve(&rt);
   CHECK(rt.http_port() == port);
   {
     RuntimeClient::Options o;
@@ -166,8 +165,7 @@ TEST_CASE("the runtime serves /metrics on runtime.http_port, with its own series
     CHECK(page.find("<table id=\"tiers\">") != std::string::npos);
     CHECK(page.find("fetch(\"/api/v1/status\"") != std::string::npos);
   }
-  rt.RequestStop();
-  serve.join();
+  serve.Stop();
   (void)rt.StopPools();
   CHECK(rt.http_port() == 0);
   // The port is free again after the runtime stopped.

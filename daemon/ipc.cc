@@ -1,17 +1,25 @@
 #include "daemon/ipc.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "common/codec.h"
+#include "daemon/config.h"
+#include "daemon/shm_channel.h"
 
 namespace clio {
 namespace {
@@ -45,7 +53,7 @@ Status ReadAll(int fd, void* data, size_t len) {
   return Status::Ok();
 }
 
-Result<int> ConnectOnce(const std::string& path) {
+Result<int> ConnectUnix(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) return InvalidArgument("socket path too long: " + path);
@@ -59,6 +67,45 @@ Result<int> ConnectOnce(const std::string& path) {
                        std::strerror(err) + "); start it with 'clio_run start'");
   }
   return fd;
+}
+
+Result<int> ConnectTcp(const std::string& host, uint32_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (int g = ::getaddrinfo(host.empty() ? "127.0.0.1" : host.c_str(), service.c_str(), &hints, &res); g != 0)
+    return InvalidArgument("runtime address " + host + ":" + service + ": " + ::gai_strerror(g));
+  std::string last = "no address";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ::freeaddrinfo(res);
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // request/response: no Nagle
+      return fd;
+    }
+    last = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return Unavailable("the CLIO runtime does not answer on TCP " + host + ":" + service + " (" + last +
+                     "); is runtime.tcp_port set and the runtime started?");
+}
+
+// The runtime's token: the file's first line, without surrounding blanks.
+Result<std::string> ReadToken(const std::string& path) {
+  if (path.empty()) return InvalidArgument("no runtime.token_file to read the TCP token from");
+  std::ifstream in(path);
+  if (!in) return Status(Code::kPermissionDenied, "cannot read the runtime's token " + path + ": " + std::strerror(errno) +
+                                                       " (TCP clients need it: root, or a copy readable by the user)");
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  if (line.empty()) return InvalidArgument("the runtime's token file " + path + " is empty");
+  return line;
 }
 
 }  // namespace
@@ -91,6 +138,8 @@ Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes) {
 std::string EncodeRuntimeStats(const RuntimeStats& s) {
   Encoder e;
   e.Put(s.pid).Put(s.uptime_s).Put(s.worker_threads).Put(s.client_connections).Put(s.pools);
+  e.Put(s.shm_channels).Put(s.tcp_connections).Put(s.malformed_frames).Put(s.reaped_clients);
+  e.Put(s.extra_workers).Put(s.workers_added).Put(s.slow_threads).Put(s.slow_tasks);
   return e.Take();
 }
 
@@ -102,6 +151,14 @@ Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes) {
   d.Get(&s.worker_threads);
   d.Get(&s.client_connections);
   d.Get(&s.pools);
+  d.Get(&s.shm_channels);
+  d.Get(&s.tcp_connections);
+  d.Get(&s.malformed_frames);
+  d.Get(&s.reaped_clients);
+  d.Get(&s.extra_workers);
+  d.Get(&s.workers_added);
+  d.Get(&s.slow_threads);
+  d.Get(&s.slow_tasks);
   CLIO_RETURN_IF_ERROR(d.Finish("runtime stats"));
   return s;
 }
@@ -124,46 +181,151 @@ Status ValidateResponseHeader(const ResponseHeader& h) {
   return Status::Ok();
 }
 
+std::string_view IpcModeName(IpcMode m) {
+  switch (m) {
+    case IpcMode::kAuto: return "auto";
+    case IpcMode::kShm: return "shm";
+    case IpcMode::kUnix: return "unix";
+    case IpcMode::kTcp: return "tcp";
+  }
+  return "?";
+}
+
+Result<IpcMode> ParseIpcMode(std::string_view s) {
+  std::string l(s);
+  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "auto" || l.empty()) return IpcMode::kAuto;
+  if (l == "shm") return IpcMode::kShm;
+  if (l == "unix") return IpcMode::kUnix;
+  if (l == "tcp") return IpcMode::kTcp;
+  return InvalidArgument("unknown IPC mode '" + std::string(s) + "' (CLIO_IPC_MODE: auto, shm, unix or tcp)");
+}
+
+// One connection to the runtime: its socket and, when the runtime made one, the shared-memory
+// channel riding on it (the socket then carries only what does not fit the channel).
+struct RuntimeClient::Conn {
+  int fd = -1;
+  IpcMode mode = IpcMode::kUnix;
+  std::unique_ptr<ShmSegment> shm;
+  int evfd = -1;  // the runtime's wake-up for this channel
+  ~Conn() {
+    if (fd >= 0) ::close(fd);
+    if (evfd >= 0) ::close(evfd);
+  }
+};
+
+RuntimeClient::Options RuntimeClient::OptionsFor(const RuntimeConfig& config) {
+  Options o;
+  o.socket_path = config.socket_path;
+  o.tcp_port = config.tcp_port;
+  o.tcp_host = config.tcp_address;
+  o.token_file = config.token_file;
+  o.shm_bytes = config.shm_channel_bytes;
+  return o;
+}
+
+RuntimeClient::RuntimeClient(Options o) : options_(std::move(o)) {}
+
+IpcMode RuntimeClient::mode() const { return static_cast<IpcMode>(used_.load()); }
+
 Result<std::unique_ptr<RuntimeClient>> RuntimeClient::Connect(const Options& options) {
   std::unique_ptr<RuntimeClient> c(new RuntimeClient(options));
-  CLIO_ASSIGN_OR_RETURN(int fd, c->TakeConnection());
-  c->ReturnConnection(fd);
+  if (options.mode) {
+    c->wanted_ = *options.mode;
+  } else if (const char* env = std::getenv("CLIO_IPC_MODE"); env && *env) {
+    CLIO_ASSIGN_OR_RETURN(c->wanted_, ParseIpcMode(env));
+  }
+  if (c->wanted_ == IpcMode::kTcp || (c->wanted_ == IpcMode::kAuto && options.tcp_port != 0)) {
+    // Read once, now: a forced TCP client without the right to read it says so at once; an
+    // auto client without it simply cannot fall back to TCP.
+    auto t = ReadToken(options.token_file);
+    if (t.ok()) c->token_ = *t;
+    else if (c->wanted_ == IpcMode::kTcp) return t.status();
+  }
+  CLIO_ASSIGN_OR_RETURN(auto conn, c->TakeConnection());
+  c->ReturnConnection(std::move(conn));
   return c;
 }
 
-RuntimeClient::~RuntimeClient() {
-  MutexLock l(&mu_);
-  for (int fd : idle_) ::close(fd);
-}
+RuntimeClient::~RuntimeClient() = default;
 
-Result<int> RuntimeClient::TakeConnection() {
+Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::TakeConnection() {
   {
     MutexLock l(&mu_);
     while (!idle_.empty()) {
-      int fd = idle_.back();
+      std::unique_ptr<Conn> c = std::move(idle_.back());
       idle_.pop_back();
       // The runtime never speaks first: a readable or hung-up idle socket belongs to a runtime
       // that went away (restart). Drop it rather than lose a request on it.
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 0) == 0) return fd;
-      ::close(fd);
+      pollfd p{c->fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) == 0) return c;
     }
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.connect_wait_ms);
   while (true) {
-    auto fd = ConnectOnce(options_.socket_path);
-    if (fd.ok() || std::chrono::steady_clock::now() >= deadline) return fd;
+    auto c = NewConnection();
+    if (c.ok() || c.status().code() != Code::kUnavailable || std::chrono::steady_clock::now() >= deadline) return c;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // runtime restarting: poll
   }
 }
 
-void RuntimeClient::ReturnConnection(int fd) {
-  MutexLock l(&mu_);
-  idle_.push_back(fd);
+Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection() {
+  auto conn = std::make_unique<Conn>();
+  const bool local = wanted_ != IpcMode::kTcp;
+  Status unix_error;
+  if (local) {
+    auto fd = ConnectUnix(options_.socket_path);
+    if (fd.ok()) {
+      conn->fd = *fd;
+      conn->mode = IpcMode::kUnix;
+    } else {
+      unix_error = fd.status();
+    }
+  }
+  if (conn->fd < 0) {
+    // Auto falls back to TCP only when no Unix socket answers and the runtime serves TCP.
+    if (wanted_ != IpcMode::kTcp && (wanted_ != IpcMode::kAuto || options_.tcp_port == 0)) return unix_error;
+    if (options_.tcp_port == 0)
+      return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
+    CLIO_ASSIGN_OR_RETURN(conn->fd, ConnectTcp(options_.tcp_host, options_.tcp_port));
+    conn->mode = IpcMode::kTcp;
+    Encoder hello;
+    hello.PutBytes(token_);
+    auto r = CallOn(*conn, 0, static_cast<uint32_t>(AdminMethod::kHello), hello.buffer());
+    if (!r.ok()) return r.status().WithContext("TCP hello to " + options_.tcp_host + ":" + std::to_string(options_.tcp_port));
+  }
+  if (conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
+    Status s = OpenChannel(*conn);
+    if (!s.ok()) {
+      if (wanted_ == IpcMode::kShm) return s.WithContext("CLIO_IPC_MODE=shm: opening a shared-memory channel");
+      // Auto: a runtime that cannot make a channel (no memfd) still serves the socket.
+      if (s.code() == Code::kUnavailable) return s;
+    }
+  }
+  used_.store(static_cast<uint8_t>(conn->mode));
+  return conn;
 }
 
-Result<std::string> RuntimeClient::CallOn(int fd, uint32_t pool, uint32_t method,
-                                          std::string_view payload) {
+Status RuntimeClient::OpenChannel(Conn& c) {
+  Encoder e;
+  e.Put<uint32_t>(options_.shm_bytes);
+  CLIO_ASSIGN_OR_RETURN(std::string granted, CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kOpenChannel), e.buffer()));
+  int fds[2] = {-1, -1};
+  CLIO_RETURN_IF_ERROR(ReceiveFds(c.fd, fds, 2));
+  c.evfd = fds[1];
+  auto seg = ShmSegment::Attach(fds[0]);  // owns fds[0] from here, mapped or not
+  if (!seg.ok()) return seg.status();
+  c.shm = std::make_unique<ShmSegment>(std::move(seg).value());
+  c.mode = IpcMode::kShm;
+  return Status::Ok();
+}
+
+void RuntimeClient::ReturnConnection(std::unique_ptr<Conn> c) {
+  MutexLock l(&mu_);
+  idle_.push_back(std::move(c));
+}
+
+Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload) {
   RequestHeader h;
   h.pool = pool;
   h.method = method;
@@ -173,15 +335,45 @@ Result<std::string> RuntimeClient::CallOn(int fd, uint32_t pool, uint32_t method
     h.request_id = next_id_++;
   }
   if (payload.size() > kMaxPayload) return InvalidArgument("request too large");
-  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
-  frame.append(payload);
-  CLIO_RETURN_IF_ERROR(WriteAll(fd, frame.data(), frame.size()));
   ResponseHeader r;
-  CLIO_RETURN_IF_ERROR(ReadAll(fd, &r, sizeof r));
-  CLIO_RETURN_IF_ERROR(ValidateResponseHeader(r));
+  bool body_on_socket = true;
+  std::string body;
+  if (c.shm && payload.size() <= c.shm->capacity()) {
+    ShmChannelHeader* sh = c.shm->header();
+    if (!payload.empty()) std::memcpy(c.shm->data(), payload.data(), payload.size());
+    sh->request = h;
+    sh->state.store(static_cast<uint32_t>(ShmState::kRequest), std::memory_order_release);
+    const uint64_t one = 1;
+    if (::write(c.evfd, &one, sizeof one) != sizeof one)
+      return Unavailable(std::string("waking the runtime: ") + std::strerror(errno));
+    // The runtime answers by moving the state and waking the futex. A heartbeat every second
+    // notices a runtime that died meanwhile: its end of the socket hangs up.
+    while (sh->state.load(std::memory_order_acquire) != static_cast<uint32_t>(ShmState::kResponse)) {
+      if (FutexWait(&sh->state, static_cast<uint32_t>(ShmState::kRequest), 1000)) continue;
+      pollfd p{c.fd, POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+        return Unavailable("runtime went away while answering");
+    }
+    r = sh->response;
+    CLIO_RETURN_IF_ERROR(ValidateResponseHeader(r));
+    body_on_socket = (r.flags & kResponsePayloadOnSocket) != 0;
+    if (!body_on_socket) {
+      if (r.payload_len > c.shm->capacity()) return Corruption("response larger than the channel");
+      body.assign(c.shm->data(), r.payload_len);
+    }
+    sh->state.store(static_cast<uint32_t>(ShmState::kIdle), std::memory_order_release);
+  } else {
+    std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+    frame.append(payload);
+    CLIO_RETURN_IF_ERROR(WriteAll(c.fd, frame.data(), frame.size()));
+    CLIO_RETURN_IF_ERROR(ReadAll(c.fd, &r, sizeof r));
+    CLIO_RETURN_IF_ERROR(ValidateResponseHeader(r));
+  }
   if (r.request_id != h.request_id) return Corruption("response for another request");
-  std::string body(r.payload_len, '\0');
-  CLIO_RETURN_IF_ERROR(ReadAll(fd, body.data(), body.size()));
+  if (body_on_socket) {
+    body.assign(r.payload_len, '\0');
+    CLIO_RETURN_IF_ERROR(ReadAll(c.fd, body.data(), body.size()));
+  }
   if (r.code != 0) return Status(static_cast<Code>(r.code), std::move(body));
   return body;
 }
@@ -189,13 +381,13 @@ Result<std::string> RuntimeClient::CallOn(int fd, uint32_t pool, uint32_t method
 Result<std::string> RuntimeClient::Call(uint32_t pool, uint32_t method, std::string_view payload,
                                         bool idempotent) {
   for (int attempt = 0;; ++attempt) {
-    CLIO_ASSIGN_OR_RETURN(int fd, TakeConnection());
-    auto r = CallOn(fd, pool, method, payload);
+    CLIO_ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, TakeConnection());
+    auto r = CallOn(*c, pool, method, payload);
     if (r.ok() || (r.status().code() != Code::kUnavailable && r.status().code() != Code::kCorruption)) {
-      ReturnConnection(fd);
+      ReturnConnection(std::move(c));
       return r;
     }
-    ::close(fd);  // broken connection: never reuse it
+    c.reset();  // broken connection: never reuse it
     // A pooled connection may have died with an earlier runtime; retry on a fresh one.
     if (attempt >= 1 || !idempotent) return r;
   }

@@ -6,8 +6,10 @@
 // connection; the runtime never trusts a length it has not bounded.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,7 +22,8 @@ namespace clio {
 inline constexpr uint32_t kIpcMagic = 0x4f494c43;  // "CLIO"
 // 2: attributes carry rdev, Open carries flags, status codes gained NoData..RangeError.
 // 3: attributes carry the stored byte count.
-inline constexpr uint16_t kIpcVersion = 3;
+// 4: shared-memory channels and TCP (OpenChannel, Hello), response flags, more runtime stats.
+inline constexpr uint16_t kIpcVersion = 4;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 
 struct RequestHeader {
@@ -41,9 +44,12 @@ struct ResponseHeader {
   uint16_t code = 0;    // clio::Code
   uint64_t request_id = 0;
   uint32_t payload_len = 0;
-  uint32_t reserved = 0;
+  uint32_t flags = 0;   // kResponsePayloadOnSocket
 };
 static_assert(sizeof(ResponseHeader) == 24);
+// A response to a request sent over a shared-memory channel whose payload does not fit the
+// channel: the header is in the segment, the payload follows on the channel's socket.
+inline constexpr uint32_t kResponsePayloadOnSocket = 1;
 
 // Checks a received header; Corruption naming the problem.
 Status ValidateRequestHeader(const RequestHeader& h);
@@ -62,6 +68,13 @@ enum class AdminMethod : uint32_t {
   kCreatePools = 7,
   kDestroyPool = 8,   // string name -> empty (pool destroy)
   kComposeStop = 9,   // string source, string yaml -> EncodePoolList of the pools destroyed
+  // Transport methods, answered by the server itself:
+  // u32 data bytes wanted -> u32 data bytes granted, then (Unix socket only) one byte carrying
+  // two descriptors (SCM_RIGHTS): the channel's memfd segment and its eventfd.
+  kOpenChannel = 10,
+  // string token -> empty. The first request on a TCP connection; anything else first, or a
+  // wrong token, closes it (PermissionDenied).
+  kHello = 11,
 };
 
 // One pool as ListPools reports it.
@@ -80,20 +93,53 @@ struct RuntimeStats {
   uint32_t worker_threads = 0;      // runtime.num_threads
   uint64_t client_connections = 0;  // open now, the asking one included
   uint32_t pools = 0;
+  uint64_t shm_channels = 0;      // connections with a shared-memory channel, open now
+  uint64_t tcp_connections = 0;   // TCP connections open now
+  uint64_t malformed_frames = 0;  // connections closed for a frame that failed its checks
+  uint64_t reaped_clients = 0;    // connections closed because their client process died
+  uint32_t extra_workers = 0;     // threads the monitor added to stuck I/O workers, now
+  uint64_t workers_added = 0;     // ever
+  uint32_t slow_threads = 0;      // threads of the slow class now
+  uint64_t slow_tasks = 0;        // tasks run on the slow class
 };
-// u64 pid, uptime_s, u32 worker_threads, u64 client_connections, u32 pools.
+// u64 pid, uptime_s, u32 worker_threads, u64 client_connections, u32 pools, u64 shm_channels,
+// tcp_connections, malformed_frames, reaped_clients, u32 extra_workers, u64 workers_added, u32
+// slow_threads, u64 slow_tasks.
 std::string EncodeRuntimeStats(const RuntimeStats& s);
 Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes);
 
+// How a client reaches the runtime (CLIO_IPC_MODE, docs/ipc.md). kAuto: shared memory when the
+// runtime's Unix socket answers (same machine), a plain Unix socket if the runtime cannot make a
+// shared-memory channel, TCP when no Unix socket answers and runtime.tcp_port is set.
+enum class IpcMode : uint8_t { kAuto, kShm, kUnix, kTcp };
+std::string_view IpcModeName(IpcMode m);
+// "auto", "shm", "unix", "tcp" (case-insensitive); InvalidArgument naming the accepted words.
+Result<IpcMode> ParseIpcMode(std::string_view s);
+
+struct RuntimeConfig;
+
 // A blocking client of the runtime: a small pool of connections, safe to call from many
-// threads at once (the FUSE daemon's workers). Thread safety: all methods.
+// threads at once (the FUSE daemon's workers). Each connection carries one request at a time,
+// over its shared-memory channel when it has one, else over its socket. Thread safety: all
+// methods.
 class RuntimeClient {
  public:
   struct Options {
     std::string socket_path;
     // How long Call() keeps trying to connect when the runtime is away (restarting).
     uint32_t connect_wait_ms = 0;
+    // The transport; unset: CLIO_IPC_MODE from the environment, else kAuto.
+    std::optional<IpcMode> mode;
+    // TCP (runtime.tcp_address, runtime.tcp_port; port 0: the runtime serves no TCP) and the
+    // file holding the runtime's token (runtime.token_file), which a TCP client presents first.
+    std::string tcp_host;
+    uint32_t tcp_port = 0;
+    std::string token_file;
+    // Data bytes of each shared-memory channel asked for (the runtime may grant less).
+    uint32_t shm_bytes = 2u << 20;
   };
+  // The options for the runtime of `config`: its socket, TCP endpoint and token file.
+  static Options OptionsFor(const RuntimeConfig& config);
   static Result<std::unique_ptr<RuntimeClient>> Connect(const Options& options);
   ~RuntimeClient();
 
@@ -104,17 +150,26 @@ class RuntimeClient {
                            bool idempotent = true);
 
   const std::string& socket_path() const { return options_.socket_path; }
+  // The transport the connections use (never kAuto once connected).
+  IpcMode mode() const;
 
  private:
-  explicit RuntimeClient(Options o) : options_(std::move(o)) {}
-  Result<int> TakeConnection();
-  void ReturnConnection(int fd);
-  Result<std::string> CallOn(int fd, uint32_t pool, uint32_t method, std::string_view payload);
+  struct Conn;  // a socket, and maybe its shared-memory channel (ipc.cc)
+  explicit RuntimeClient(Options o);
+  Result<std::unique_ptr<Conn>> TakeConnection();
+  Result<std::unique_ptr<Conn>> NewConnection();
+  // Asks the runtime for a shared-memory channel on the connection's Unix socket.
+  Status OpenChannel(Conn& c);
+  void ReturnConnection(std::unique_ptr<Conn> c);
+  Result<std::string> CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload);
 
   const Options options_;
+  IpcMode wanted_ = IpcMode::kAuto;  // from options_.mode or the environment
+  std::string token_;                // TCP only: read once at Connect
   Mutex mu_;
-  std::vector<int> idle_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Conn>> idle_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::atomic<uint8_t> used_{static_cast<uint8_t>(IpcMode::kAuto)};  // the mode a connection got
 };
 
 }  // namespace clio

@@ -11,6 +11,7 @@
 #include "common/codec.h"
 #include "daemon/ipc.h"
 #include "daemon/runtime.h"
+#include "daemon/test_serving.h"
 
 using namespace clio;
 
@@ -28,7 +29,7 @@ class EchoPool : public Pool {
 struct RuntimeFixture {
   std::string dir;
   std::unique_ptr<Runtime> rt;
-  std::thread serve;
+  testing::ServingThread serve;
   RuntimeFixture() {
     char tmpl[] = "/tmp/clio_ipc_XXXXXX";
     dir = mkdtemp(tmpl);
@@ -39,13 +40,10 @@ struct RuntimeFixture {
       return std::unique_ptr<Pool>(new EchoPool);
     });
     REQUIRE(rt->Compose().ok());
-    std::atomic<bool> ready{false};
-    serve = std::thread([&] { (void)rt->Serve([&] { ready = true; }); });
-    while (!ready) std::this_thread::yield();
+    serve.Start(rt.get());
   }
   ~RuntimeFixture() {
-    rt->RequestStop();
-    serve.join();
+    serve.Stop();
     (void)rt->StopPools();
     std::filesystem::remove_all(dir);
   }

@@ -13,6 +13,7 @@
 #include "common/codec.h"
 #include "daemon/ipc.h"
 #include "daemon/runtime.h"
+#include "daemon/test_serving.h"
 
 using namespace clio;
 
@@ -77,7 +78,7 @@ struct Node {
   std::string dir;
   Journal journal;
   std::unique_ptr<Runtime> rt;
-  std::thread serve;
+  testing::ServingThread serve;
 
   Node() {
     char tmpl[] = "/tmp/clio_pools_XXXXXX";
@@ -102,15 +103,12 @@ struct Node {
       rt.reset();
       return s;
     }
-    std::atomic<bool> ready{false};
-    serve = std::thread([&] { (void)rt->Serve([&] { ready = true; }); });
-    while (!ready) std::this_thread::yield();
+    serve.Start(rt.get());
     return Status::Ok();
   }
   void Down() {
     if (!rt) return;
-    rt->RequestStop();
-    serve.join();
+    serve.Stop();
     (void)rt->StopPools();
     rt.reset();
   }
@@ -192,7 +190,7 @@ TEST_CASE("create refuses clashes and bad entries with the cause named; a failed
   CHECK(dup_id.status().message().find("taken by pool 'base'") != std::string::npos);
   auto unknown = rt.CreatePools("mod_name: nosuch\npool_name: x\npool_id: \"1001.0\"\n", "b.yaml");
   CHECK(unknown.status().code() == Code::kConfigError);
-  CHECK(unknown.status().message().find("b.yaml:1: compose[0].mod_name: unknown module 'nosuch' (known: test)") !=
+  CHECK(unknown.status().message().find("b.yaml:1: compose[0].mod_name: unknown module 'nosuch' (known: test; no libnosuch.so in runtime.module_dir") !=
         std::string::npos);
   auto bad_key = rt.CreatePools(Document(Entry("x", "1001.0", "    colour: red\n")), "c.yaml");
   CHECK(bad_key.status().code() == Code::kConfigError);

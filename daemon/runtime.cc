@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -23,144 +24,10 @@
 #include "daemon/dashboard_html.h"
 #include "daemon/http.h"
 #include "daemon/ipc.h"
+#include "daemon/module.h"
+#include "daemon/server.h"
 
 namespace clio {
-
-using LocalSocket = asio::local::stream_protocol::socket;
-
-// Serves the Unix socket: one coroutine per connection reading frames in order. There is one
-// io_context per worker thread (runtime.num_threads) and each connection lives on one of them,
-// round robin, so a request never hops between threads (measured: a getattr through FUSE took
-// 44 us with one shared io_context on 4 threads, 28 us without the hops). Handlers run inline,
-// so a handler blocked on I/O holds up the connections of its own thread only.
-class Server {
- public:
-  Server(Runtime* rt, std::string path, uint32_t threads)
-      : rt_(rt), path_(std::move(path)), threads_(threads), iocs_(MakeContexts(threads)),
-        ioc_(*iocs_[0]), acceptor_(ioc_), signals_(ioc_) {}
-
-  Status Listen() {
-    std::error_code fec;
-    std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), fec);
-    // A socket file that answers belongs to a live runtime; one that does not is stale.
-    if (access(path_.c_str(), F_OK) == 0) {
-      RuntimeClient::Options o;
-      o.socket_path = path_;
-      if (RuntimeClient::Connect(o).ok())
-        return Status(Code::kBusy, "another CLIO runtime is already serving on " + path_ +
-                                       " (stop it with 'clio_run stop')");
-      ::unlink(path_.c_str());
-    }
-    boost::system::error_code ec;
-    asio::local::stream_protocol::endpoint ep(path_);
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return Status::FromErrno(ec.value(), "listening on " + path_);
-    // Clients in group 'clio' may connect; others may not (DESIGN.md security defaults).
-    if (const group* g = getgrnam("clio")) {
-      if (::chown(path_.c_str(), geteuid(), g->gr_gid) != 0)
-        CLIO_LOG_WARN("cannot give {} to group clio: {}", path_, std::strerror(errno));
-    }
-    ::chmod(path_.c_str(), 0660);
-    return Status::Ok();
-  }
-
-  void Run(const std::function<void()>& on_ready) {
-    signals_.add(SIGINT);
-    signals_.add(SIGTERM);
-    signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
-      if (!ec) {
-        CLIO_LOG_INFO("signal {}: stopping", sig);
-        ioc_.stop();
-      }
-    });
-    asio::co_spawn(ioc_, Accept(), asio::detached);
-    if (on_ready) on_ready();
-    // Keeps the worker contexts running while they have no connection.
-    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
-    for (auto& c : iocs_) guards.push_back(asio::make_work_guard(*c));
-    std::vector<std::thread> workers;
-    for (uint32_t i = 1; i < threads_; ++i) workers.emplace_back([this, i] { iocs_[i]->run(); });
-    ioc_.run();  // returns on Stop(), a signal or a Stop request
-    for (auto& c : iocs_) c->stop();
-    for (auto& t : workers) t.join();
-    boost::system::error_code ec;
-    acceptor_.close(ec);
-    ::unlink(path_.c_str());
-  }
-
-  void Stop() { ioc_.stop(); }
-  int64_t connections() const { return connections_.load(); }
-
-  static std::vector<std::unique_ptr<asio::io_context>> MakeContexts(uint32_t n) {
-    std::vector<std::unique_ptr<asio::io_context>> v;
-    for (uint32_t i = 0; i < std::max<uint32_t>(n, 1); ++i) v.push_back(std::make_unique<asio::io_context>());
-    return v;
-  }
-
- private:
-  asio::awaitable<void> Accept() {
-    while (true) {
-      boost::system::error_code ec;
-      asio::io_context& home = *iocs_[next_++ % iocs_.size()];
-      LocalSocket sock = co_await acceptor_.async_accept(home, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {
-        if (ec == asio::error::operation_aborted) co_return;
-        CLIO_LOG_WARN("accept on {}: {}", path_, ec.message());
-        continue;
-      }
-      asio::co_spawn(home, Session(std::move(sock)), asio::detached);
-    }
-  }
-
-  asio::awaitable<void> Session(LocalSocket sock) {
-    ++connections_;
-    struct Closed {
-      std::atomic<int64_t>& n;
-      ~Closed() { --n; }
-    } closed{connections_};
-    boost::system::error_code ec;
-    std::string payload;
-    while (true) {
-      RequestHeader h;
-      co_await asio::async_read(sock, asio::buffer(&h, sizeof h), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;  // client went away
-      Status valid = ValidateRequestHeader(h);
-      if (!valid.ok()) {
-        CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
-        co_return;
-      }
-      payload.resize(h.payload_len);
-      co_await asio::async_read(sock, asio::buffer(payload), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;
-      Result<std::string> r = rt_->Dispatch(h.pool, h.method, payload);
-      ResponseHeader rh;
-      rh.request_id = h.request_id;
-      const std::string& body = r.ok() ? r.value() : r.status().message();
-      rh.code = static_cast<uint16_t>(r.status().code());
-      rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body.size(), kMaxPayload));
-      std::array<asio::const_buffer, 2> out = {asio::buffer(&rh, sizeof rh),
-                                               asio::buffer(body.data(), rh.payload_len)};
-      co_await asio::async_write(sock, out, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;
-      if (h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop) && r.ok()) {
-        ioc_.stop();  // after the reply is on its way
-        co_return;
-      }
-    }
-  }
-
-  Runtime* rt_;
-  const std::string path_;
-  const uint32_t threads_;
-  std::vector<std::unique_ptr<asio::io_context>> iocs_;  // one per worker thread
-  asio::io_context& ioc_;  // iocs_[0]: the acceptor, signals and stop
-  size_t next_ = 0;        // round robin over iocs_ (only the acceptor coroutine touches it)
-  std::atomic<int64_t> connections_{0};
-  asio::local::stream_protocol::acceptor acceptor_;
-  asio::signal_set signals_;
-};
 
 struct Runtime::PoolSlot {
   std::unique_ptr<PoolRegistry> view;  // declared before pool: the pool goes first
@@ -223,6 +90,32 @@ Status ReplaceFileDurably(const std::string& path, std::string_view bytes) {
   return Status::Ok();
 }
 
+// The node's token (runtime.token_file): read, or made once (32 random bytes in hex, mode
+// 0600, written durably) so that TCP clients and the mutating HTTP API can be checked.
+Result<std::string> EnsureToken(const std::string& path) {
+  std::ifstream in(path);
+  if (in) {
+    std::string line;
+    std::getline(in, line);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    if (line.size() < 16)
+      return ConfigError(path + ": the token (runtime.token_file) is shorter than 16 characters; remove the "
+                                "file and the runtime makes a new one");
+    return line;
+  }
+  unsigned char raw[32];
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (!urandom.read(reinterpret_cast<char*>(raw), sizeof raw)) return Status(Code::kIoError, "reading /dev/urandom");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : raw) token += {kHex[b >> 4], kHex[b & 15]};
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  CLIO_RETURN_IF_ERROR(ReplaceFileDurably(path, token + "\n").WithContext("making the token file (runtime.token_file)"));
+  CLIO_LOG_INFO("made the node's token {}", path);
+  return token;
+}
+
 }  // namespace
 
 Runtime::Runtime(RuntimeConfig config)
@@ -241,9 +134,17 @@ std::string PoolLogPath(const RuntimeConfig& config) { return config.state_dir +
 Result<std::shared_ptr<Runtime::PoolSlot>> Runtime::MakePool(const ComposeEntry& entry, const std::string& file) {
   auto it = factories_.find(entry.mod_name);
   if (it == factories_.end()) {
-    std::string known;
-    for (const auto& [k, _] : factories_) known += (known.empty() ? "" : ", ") + k;
-    return ConfigReader(entry.node, file).Error("mod_name", "unknown module '" + entry.mod_name + "' (known: " + known + ")");
+    // Not built in: an external module of runtime.module_dir (daemon/module.h).
+    auto loaded = LoadModule(config_.module_dir, entry.mod_name);
+    if (!loaded.ok() && loaded.status().code() == Code::kNotFound) {
+      std::string known;
+      for (const auto& [k, _] : factories_) known += (known.empty() ? "" : ", ") + k;
+      return ConfigReader(entry.node, file)
+          .Error("mod_name", "unknown module '" + entry.mod_name + "' (known: " + known + "; no lib" +
+                                 entry.mod_name + ".so in runtime.module_dir " + config_.module_dir + ")");
+    }
+    if (!loaded.ok()) return ConfigReader(entry.node, file).Error("mod_name", loaded.status().message());
+    it = factories_.emplace(entry.mod_name, std::move(loaded).value()).first;
   }
   for (const auto& s : Slots()) {
     ConfigReader r(entry.node, file);
@@ -463,7 +364,19 @@ Result<std::vector<PoolInfo>> Runtime::DestroyPools(std::string_view yaml, const
 }
 
 Status Runtime::Serve(const std::function<void()>& on_ready) {
-  server_ = std::make_unique<Server>(this, config_.socket_path, config_.num_threads);
+  Server::Options so;
+  so.socket_path = config_.socket_path;
+  so.threads = config_.num_threads;
+  so.tcp_address = config_.tcp_address;
+  so.tcp_port = config_.tcp_port;
+  so.shm_channel_bytes = config_.shm_channel_bytes;
+  so.reap_grace_s = config_.client_reap_grace_s;
+  so.slow_task_us = config_.slow_task_us;
+  so.stuck_task_ms = config_.stuck_task_ms;
+  CLIO_ASSIGN_OR_RETURN(so.token, EnsureToken(config_.token_file));
+  server_ = std::make_unique<Server>(so, [this](uint32_t pool, uint32_t method, std::string_view payload) {
+    return Dispatch(pool, method, payload);
+  });
   CLIO_RETURN_IF_ERROR(server_->Listen());
   CLIO_LOG_INFO("serving on {}", config_.socket_path);
   // HTTP is for operators, not the data path: a port that cannot be bound is logged, and the
@@ -494,7 +407,13 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
         {"clio_runtime_worker_threads", "Worker threads serving client requests", {},
          static_cast<double>(config_.num_threads)},
         {"clio_runtime_client_connections", "Client connections open now", {},
-         static_cast<double>(server_ ? server_->connections() : 0)}};
+         static_cast<double>(server_ ? server_->stats().connections : 0)},
+        {"clio_runtime_shm_channels", "Client connections with a shared-memory channel open now", {},
+         static_cast<double>(server_ ? server_->stats().shm_channels : 0)},
+        {"clio_runtime_malformed_frames_total", "Client connections closed for a malformed frame", {},
+         static_cast<double>(server_ ? server_->stats().malformed_frames : 0)},
+        {"clio_runtime_reaped_clients_total", "Connections closed because their client process had exited", {},
+         static_cast<double>(server_ ? server_->stats().reaped_clients : 0)}};
   });
   server_->Run(on_ready);
   runtime_metrics = metrics::SamplerRegistration();
@@ -513,7 +432,18 @@ RuntimeStats Runtime::Stats() const {
   s.pid = static_cast<uint64_t>(getpid());
   s.uptime_s = static_cast<uint64_t>(std::max<int64_t>(now - start_time_, 0));
   s.worker_threads = config_.num_threads;
-  s.client_connections = static_cast<uint64_t>(server_ ? server_->connections() : 0);
+  if (server_) {
+    const Server::Stats ss = server_->stats();
+    s.client_connections = static_cast<uint64_t>(ss.connections);
+    s.shm_channels = static_cast<uint64_t>(ss.shm_channels);
+    s.tcp_connections = static_cast<uint64_t>(ss.tcp_connections);
+    s.malformed_frames = ss.malformed_frames;
+    s.reaped_clients = ss.reaped_clients;
+    s.extra_workers = ss.extra_workers;
+    s.workers_added = ss.workers_added;
+    s.slow_threads = ss.slow_threads;
+    s.slow_tasks = ss.slow_tasks;
+  }
   s.pools = static_cast<uint32_t>(Slots().size());
   return s;
 }
@@ -725,6 +655,9 @@ Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view paylo
       if (!r.ok()) return r.status();
       return EncodePoolList(*r);
     }
+    case AdminMethod::kOpenChannel:
+    case AdminMethod::kHello:
+      return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
     case AdminMethod::kDestroyPool: {
       Decoder in(payload);
       std::string name;

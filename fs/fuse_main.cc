@@ -869,8 +869,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   FuseState state;
-  RuntimeClient::Options co;
-  co.socket_path = cfg->socket_path;
+  RuntimeClient::Options co = RuntimeClient::OptionsFor(*cfg);
   auto client = RuntimeClient::Connect(co);
   if (!client.ok()) {
     std::fprintf(stderr, "clio-fuse: %s\n", client.status().message().c_str());

@@ -11,6 +11,7 @@
 #include "common/codec.h"
 #include "daemon/ipc.h"
 #include "daemon/runtime.h"
+#include "daemon/test_serving.h"
 #include "storage/bdev_client.h"
 #include "storage/bdev_pool.h"
 #include "storage/bdev_protocol.h"
@@ -170,9 +171,7 @@ TEST_CASE("BdevClient over the runtime's socket, to a pool composed from the con
   Runtime rt(std::move(cfg).value());
   rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
   REQUIRE(rt.Compose().ok());
-  std::atomic<bool> ready{false};
-  std::thread serve([&] { (void)rt.Serve([&] { ready = true; }); });
-  while (!ready) std::this_thread::yield();
+  testing::ServingThread serve(&rt);
 
   {
     RuntimeClient::Options o;
@@ -201,7 +200,6 @@ TEST_CASE("BdevClient over the runtime's socket, to a pool composed from the con
     ExerciseClient(*file, BdevType::kFile);
     CHECK(BdevClient::Connect(rpc->get(), "ram::nope").status().code() == Code::kNotFound);
   }
-  rt.RequestStop();
-  serve.join();
+  serve.Stop();
   CHECK(rt.StopPools().ok());
 }

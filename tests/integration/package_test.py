@@ -93,7 +93,8 @@ def check_contents(root):
                 "usr/lib/sysusers.d/clio.conf", "usr/lib/tmpfiles.d/clio.conf",
                 "usr/share/doc/clio/copyright", "usr/share/doc/clio/changelog.Debian.gz",
                 "usr/share/bash-completion/completions/clioctl", "usr/share/bash-completion/completions/clio_run",
-                "usr/share/clio/grafana/clio-dashboard.json", "usr/share/doc/clio/metrics.md"):
+                "usr/share/clio/grafana/clio-dashboard.json", "usr/share/doc/clio/metrics.md",
+                "usr/share/doc/clio/write-a-module.md", "usr/lib/clio/modules/libclio_stats.so"):
         check(os.path.isfile(os.path.join(root, rel)), f"{rel} is missing")
     for page in ("clio_run", "clioctl", "clio-fuse"):
         with gzip.open(os.path.join(root, f"usr/share/man/man8/{page}.8.gz"), "rt") as f:

@@ -1,0 +1,588 @@
+#include "daemon/server.h"
+
+#include <grp.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/thread_annotations.h"
+#include "daemon/asio.h"
+#include "daemon/ipc.h"
+#include "daemon/shm_channel.h"
+#include "daemon/workers.h"
+
+namespace clio {
+
+using LocalSocket = asio::local::stream_protocol::socket;
+using TcpSocket = asio::ip::tcp::socket;
+
+namespace {
+
+// One client connection, shared by the coroutine reading its socket and, on a Unix socket with
+// a shared-memory channel, the one serving the channel. The last of them to finish frees it
+// (and with it the segment).
+template <typename Socket>
+struct Connection {
+  explicit Connection(Socket s) : sock(std::move(s)) {}
+  Socket sock;
+  std::optional<ShmSegment> segment;
+  std::optional<asio::posix::stream_descriptor> wake;  // the runtime's end of the eventfd
+  bool authenticated = false;  // TCP: after a good Hello; Unix: from the start
+  // The client's end of the channel's eventfd, from OpenChannel until it is sent.
+  int client_wake = -1;
+  ~Connection() {
+    if (client_wake >= 0) ::close(client_wake);
+  }
+};
+
+bool IsTransportMethod(const RequestHeader& h) {
+  return h.pool == 0 && (h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel) ||
+                         h.method == static_cast<uint32_t>(AdminMethod::kHello));
+}
+
+bool IsStop(const RequestHeader& h) { return h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop); }
+
+// Constant-time comparison: a TCP client learns nothing from how long a wrong token took.
+bool SameToken(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// One I/O worker: an io_context, its connections, and the threads running it (one, plus those
+// the monitor adds while it is stuck).
+struct Home {
+  asio::io_context ioc;
+  WorkerSlots slots;
+};
+
+// The worker slot of the calling thread, when it runs a Home.
+thread_local WorkerSlots* t_slots = nullptr;
+thread_local int t_slot = -1;
+
+// Runs `home` on the calling thread until it stops (or, with `helper`, until another of its
+// threads is free again).
+void RunHome(Home& home, bool helper) {
+  const int slot = home.slots.Claim();
+  if (slot < 0) return;
+  t_slots = &home.slots;
+  t_slot = slot;
+  if (!helper) {
+    home.ioc.run();
+  } else {
+    while (!home.ioc.stopped()) {
+      home.ioc.run_one_for(std::chrono::milliseconds(100));
+      if (home.slots.AnotherIdle(slot)) break;  // the stuck thread is back: retire
+    }
+  }
+  t_slots = nullptr;
+  t_slot = -1;
+  home.slots.Release(slot);
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  Impl(Options o, Dispatcher d)
+      : options_(std::move(o)), dispatch_(std::move(d)), costs_(options_.slow_task_us),
+        slow_(1, std::max<uint32_t>(4, 4 * options_.threads), std::chrono::seconds(5)),
+        homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
+        unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
+
+  Status Listen() {
+    const std::string& path = options_.socket_path;
+    std::error_code fec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), fec);
+    // A socket file that answers belongs to a live runtime; one that does not is stale.
+    if (access(path.c_str(), F_OK) == 0) {
+      RuntimeClient::Options o;
+      o.socket_path = path;
+      o.mode = IpcMode::kUnix;
+      if (RuntimeClient::Connect(o).ok())
+        return Status(Code::kBusy, "another CLIO runtime is already serving on " + path +
+                                       " (stop it with 'clio_run stop')");
+      ::unlink(path.c_str());
+    }
+    boost::system::error_code ec;
+    asio::local::stream_protocol::endpoint ep(path);
+    unix_acceptor_.open(ep.protocol(), ec);
+    if (!ec) unix_acceptor_.bind(ep, ec);
+    if (!ec) unix_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status::FromErrno(ec.value(), "listening on " + path);
+    // Clients in group 'clio' may connect; others may not (DESIGN.md security defaults).
+    if (const group* g = getgrnam("clio")) {
+      if (::chown(path.c_str(), geteuid(), g->gr_gid) != 0)
+        CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
+    }
+    ::chmod(path.c_str(), 0660);
+    if (options_.tcp_port != 0) {
+      if (options_.token.empty()) return InvalidArgument("TCP needs the runtime's token (runtime.token_file)");
+      auto addr = asio::ip::make_address(options_.tcp_address, ec);
+      if (ec) return InvalidArgument("runtime.tcp_address '" + options_.tcp_address + "': " + ec.message());
+      asio::ip::tcp::endpoint tep(addr, static_cast<uint16_t>(options_.tcp_port));
+      tcp_acceptor_.open(tep.protocol(), ec);
+      if (!ec) tcp_acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+      if (!ec) tcp_acceptor_.bind(tep, ec);
+      if (!ec) tcp_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+      if (ec)
+        return Status::FromErrno(ec.value(), "listening on TCP " + options_.tcp_address + ":" +
+                                                 std::to_string(options_.tcp_port) + " (runtime.tcp_port)");
+      tcp_port_ = tcp_acceptor_.local_endpoint().port();
+    }
+    return Status::Ok();
+  }
+
+  void Run(const std::function<void()>& on_ready) {
+    signals_.add(SIGINT);
+    signals_.add(SIGTERM);
+    signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (!ec) {
+        CLIO_LOG_INFO("signal {}: stopping", sig);
+        ioc_.stop();
+      }
+    });
+    asio::co_spawn(ioc_, AcceptUnix(), asio::detached);
+    if (tcp_acceptor_.is_open()) asio::co_spawn(ioc_, AcceptTcp(), asio::detached);
+    ScheduleReap();
+    if (on_ready) on_ready();
+    // Keeps the worker contexts running while they have no connection.
+    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
+    for (auto& h : homes_) guards.push_back(asio::make_work_guard(h->ioc));
+    std::vector<std::thread> workers;
+    for (size_t i = 1; i < homes_.size(); ++i) workers.emplace_back([this, i] { RunHome(*homes_[i], false); });
+    std::thread monitor([this] { Monitor(); });
+    RunHome(*homes_[0], false);  // returns on Stop(), a signal or a Stop request
+    for (auto& h : homes_) h->ioc.stop();
+    for (auto& t : workers) t.join();
+    {
+      MutexLock l(&monitor_mu_);
+      monitor_stop_ = true;
+      monitor_cv_.NotifyAll();
+    }
+    monitor.join();
+    std::vector<std::thread> helpers;
+    {
+      MutexLock l(&monitor_mu_);
+      helpers.swap(helpers_);
+    }
+    for (auto& t : helpers) t.join();
+    slow_.Stop();  // the slow tasks running finish; their answers go nowhere
+    boost::system::error_code ec;
+    unix_acceptor_.close(ec);
+    tcp_acceptor_.close(ec);
+    ::unlink(options_.socket_path.c_str());
+  }
+
+  void Stop() { ioc_.stop(); }
+
+  Stats stats() const {
+    Stats s;
+    s.connections = connections_.load();
+    s.shm_channels = shm_channels_.load();
+    s.tcp_connections = tcp_connections_.load();
+    s.malformed_frames = malformed_.load();
+    s.reaped_clients = reaped_.load();
+    s.tcp_port = tcp_port_;
+    for (const auto& h : homes_) {
+      int running = 0;
+      (void)h->slots.Stuck(0, &running);
+      if (running > 1) s.extra_workers += static_cast<uint32_t>(running - 1);
+    }
+    s.workers_added = workers_added_.load();
+    s.slow_threads = slow_.threads();
+    s.slow_tasks = slow_.tasks_run();
+    return s;
+  }
+
+ private:
+  static std::vector<std::unique_ptr<Home>> MakeHomes(uint32_t n) {
+    std::vector<std::unique_ptr<Home>> v;
+    for (uint32_t i = 0; i < std::max<uint32_t>(n, 1); ++i) v.push_back(std::make_unique<Home>());
+    return v;
+  }
+
+  asio::io_context& NextHome() { return homes_[next_++ % homes_.size()]->ioc; }
+
+  // Runs one request. Tasks predicted cheap run inline on this I/O worker (marked busy for the
+  // monitor); the others run on the slow class while this coroutine waits, so the worker
+  // serves its other connections meanwhile. Every run time feeds the prediction.
+  asio::awaitable<Result<std::string>> RunTask(const RequestHeader& h, const std::string& payload) {
+    const uint32_t pool = h.pool, method = h.method;
+    if (costs_.Slow(pool, method)) {
+      auto ex = co_await asio::this_coro::executor;
+      using Out = std::shared_ptr<Result<std::string>>;
+      Out out = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Out)>(
+          [this, ex, pool, method, &payload](auto handler) {
+            auto done = std::make_shared<decltype(handler)>(std::move(handler));
+            slow_.Submit([this, ex, pool, method, payload = payload, done] {
+              const int64_t t0 = NowNs();
+              Out r = std::make_shared<Result<std::string>>(dispatch_(pool, method, payload));
+              costs_.Observe(pool, method, static_cast<double>(NowNs() - t0) / 1000.0);
+              asio::post(ex, [done, r] { std::move(*done)(r); });
+            });
+          },
+          asio::use_awaitable);
+      co_return std::move(*out);
+    }
+    const int64_t t0 = NowNs();
+    WorkerSlots* slots = t_slots;
+    const int slot = t_slot;
+    if (slots) slots->busy_since_ns[slot].store(t0);
+    Result<std::string> r = dispatch_(pool, method, payload);
+    if (slots) slots->busy_since_ns[slot].store(0);
+    costs_.Observe(pool, method, static_cast<double>(NowNs() - t0) / 1000.0);
+    co_return r;
+  }
+
+  // Every quarter of runtime.stuck_task_ms: an I/O worker whose every thread has been inside
+  // one task longer than that gets one more thread, which takes the connections queued behind
+  // the stuck task and retires once one of the worker's threads is free again.
+  void Monitor() {
+    const int64_t stuck_ns = int64_t{options_.stuck_task_ms} * 1000000;
+    const auto period = std::chrono::milliseconds(std::max<uint32_t>(options_.stuck_task_ms / 4, 5));
+    MutexLock l(&monitor_mu_);
+    while (!monitor_stop_) {
+      monitor_cv_.WaitFor(&monitor_mu_, period);
+      if (monitor_stop_) break;
+      for (size_t i = 0; i < homes_.size(); ++i) {
+        int running = 0;
+        if (!homes_[i]->slots.Stuck(NowNs() - stuck_ns, &running) || running >= WorkerSlots::kMaxThreads) continue;
+        Home* home = homes_[i].get();
+        ++workers_added_;
+        CLIO_LOG_WARN("I/O worker {} is stuck on a task for over {} ms: a thread joins it ({} running)", i,
+                      options_.stuck_task_ms, running + 1);
+        helpers_.emplace_back([home] { RunHome(*home, true); });
+      }
+    }
+  }
+
+  asio::awaitable<void> AcceptUnix() {
+    while (true) {
+      boost::system::error_code ec;
+      asio::io_context& home = NextHome();
+      LocalSocket sock = co_await unix_acceptor_.async_accept(home, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        CLIO_LOG_WARN("accept on {}: {}", options_.socket_path, ec.message());
+        continue;
+      }
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      pid_t peer = 0;
+      if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer = cred.pid;
+      auto conn = std::make_shared<Connection<LocalSocket>>(std::move(sock));
+      conn->authenticated = true;  // the socket's mode and group decided who may connect
+      asio::co_spawn(home, Session(conn, peer), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> AcceptTcp() {
+    while (true) {
+      boost::system::error_code ec;
+      asio::io_context& home = NextHome();
+      TcpSocket sock = co_await tcp_acceptor_.async_accept(home, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        CLIO_LOG_WARN("accept on TCP port {}: {}", tcp_port_, ec.message());
+        continue;
+      }
+      sock.set_option(asio::ip::tcp::no_delay(true), ec);
+      auto conn = std::make_shared<Connection<TcpSocket>>(std::move(sock));
+      asio::co_spawn(home, Session(conn, 0), asio::detached);
+    }
+  }
+
+  // Reads frames in order and answers each; transport methods (OpenChannel, Hello) are
+  // answered here, the rest dispatched. A frame that fails its checks closes the connection.
+  template <typename Socket>
+  asio::awaitable<void> Session(std::shared_ptr<Connection<Socket>> conn, pid_t peer) {
+    constexpr bool kTcp = std::is_same_v<Socket, TcpSocket>;
+    ++connections_;
+    if (kTcp) ++tcp_connections_;
+    const uint64_t id = next_conn_id_++;
+    if constexpr (!kTcp) Register(id, conn, peer);
+    struct Closed {
+      Impl* s;
+      std::shared_ptr<Connection<Socket>> c;
+      uint64_t id;
+      ~Closed() {
+        --s->connections_;
+        if (kTcp) --s->tcp_connections_;
+        if constexpr (!kTcp) {
+          s->Unregister(id);
+          if (c->wake) {
+            boost::system::error_code ec;
+            c->wake->close(ec);  // ends the channel's coroutine
+          }
+        }
+      }
+    } closed{this, conn, id};
+    boost::system::error_code ec;
+    std::string payload;
+    while (true) {
+      RequestHeader h;
+      co_await asio::async_read(conn->sock, asio::buffer(&h, sizeof h), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;  // client went away
+      Status valid = ValidateRequestHeader(h);
+      if (!valid.ok()) {
+        ++malformed_;
+        CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
+        co_return;
+      }
+      payload.resize(h.payload_len);
+      co_await asio::async_read(conn->sock, asio::buffer(payload), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      if (!conn->authenticated && !(h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kHello))) {
+        CLIO_LOG_WARN("TCP client sent a request before its hello: connection closed");
+        co_await Reply(conn->sock, h, Status(Code::kPermissionDenied, "send Hello with the runtime's token first"));
+        co_return;
+      }
+      // Not a conditional expression: g++ 12 miscompiles co_await inside one (a temporary is
+      // destroyed twice).
+      Result<std::string> r = Status(Code::kInternal, "unanswered");
+      if (IsTransportMethod(h)) r = Transport(*conn, h, payload);
+      else r = co_await RunTask(h, payload);
+      const bool refused = !conn->authenticated;
+      if (!co_await Reply(conn->sock, h, r)) co_return;
+      if (refused) co_return;  // a wrong token: the answer said why, and the connection ends
+      if constexpr (!kTcp) {
+        if (h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel) && h.pool == 0 && r.ok()) {
+          // The descriptors follow the answer, in one byte of their own.
+          const int fds[2] = {conn->segment->fd(), conn->client_wake};
+          Status sent = SendFds(conn->sock.native_handle(), fds, 2);
+          ::close(conn->client_wake);
+          conn->client_wake = -1;
+          if (!sent.ok()) {
+            CLIO_LOG_WARN("handing a shared-memory channel to pid {}: {}", peer, sent.ToString());
+            co_return;
+          }
+          asio::co_spawn(conn->sock.get_executor(), ServeChannel(conn), asio::detached);
+        }
+      }
+      if (IsStop(h) && r.ok()) {
+        ioc_.stop();  // after the reply is on its way
+        co_return;
+      }
+    }
+  }
+
+  template <typename Socket>
+  asio::awaitable<bool> Reply(Socket& sock, const RequestHeader& h, const Result<std::string>& r) {
+    ResponseHeader rh;
+    rh.request_id = h.request_id;
+    const std::string& body = r.ok() ? r.value() : r.status().message();
+    rh.code = static_cast<uint16_t>(r.status().code());
+    rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body.size(), kMaxPayload));
+    std::array<asio::const_buffer, 2> out = {asio::buffer(&rh, sizeof rh), asio::buffer(body.data(), rh.payload_len)};
+    boost::system::error_code ec;
+    co_await asio::async_write(sock, out, asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  // OpenChannel and Hello. Runs on the connection's own coroutine.
+  template <typename Socket>
+  Result<std::string> Transport(Connection<Socket>& conn, const RequestHeader& h, std::string_view payload) {
+    Decoder d(payload);
+    if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
+      std::string token;
+      d.GetString(&token);
+      CLIO_RETURN_IF_ERROR(d.Finish("Hello"));
+      if (!std::is_same_v<Socket, TcpSocket>) return std::string();  // Unix: nothing to prove
+      if (!SameToken(token, options_.token)) {
+        CLIO_LOG_WARN("TCP client presented a wrong token: connection closed");
+        return Status(Code::kPermissionDenied, "wrong token (the runtime's runtime.token_file)");
+      }
+      conn.authenticated = true;
+      return std::string();
+    }
+    uint32_t wanted = 0;
+    d.Get(&wanted);
+    CLIO_RETURN_IF_ERROR(d.Finish("OpenChannel"));
+    if constexpr (std::is_same_v<Socket, TcpSocket>) {
+      return Status(Code::kNotSupported, "shared-memory channels need the runtime on this machine (Unix socket)");
+    } else {
+      if (conn.segment) return Status(Code::kAlreadyExists, "this connection has a shared-memory channel already");
+      const uint32_t bytes = std::clamp(wanted, kMinShmChannelBytes, options_.shm_channel_bytes);
+      CLIO_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::Create(bytes));
+      const int ev = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (ev < 0) return Status::FromErrno(errno, "eventfd for a shared-memory channel");
+      const int client_end = ::dup(ev);
+      if (client_end < 0) {
+        ::close(ev);
+        return Status::FromErrno(errno, "dup of a channel's eventfd");
+      }
+      conn.segment.emplace(std::move(seg));
+      conn.wake.emplace(conn.sock.get_executor(), ev);
+      conn.client_wake = client_end;  // sent right after the answer
+      Encoder e;
+      e.Put<uint32_t>(bytes);
+      return e.Take();
+    }
+  }
+
+  // Serves a connection's shared-memory channel: each wake-up on its eventfd is a request in
+  // the segment. The request is copied out before it is decoded (the client can write the
+  // segment at any time); the answer goes back into the segment, or its payload over the
+  // socket when it does not fit.
+  asio::awaitable<void> ServeChannel(std::shared_ptr<Connection<LocalSocket>> conn) {
+    ++shm_channels_;
+    struct Gone {
+      std::atomic<int64_t>& n;
+      ~Gone() { --n; }
+    } gone{shm_channels_};
+    ShmSegment& seg = *conn->segment;
+    ShmChannelHeader* sh = seg.header();
+    std::string payload;
+    boost::system::error_code ec;
+    while (true) {
+      co_await conn->wake->async_wait(asio::posix::descriptor_base::wait_read,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;  // closed with the connection
+      uint64_t count = 0;
+      if (::read(conn->wake->native_handle(), &count, sizeof count) < 0 && errno != EAGAIN) co_return;
+      auto taken = TakeChannelRequest(seg, &payload);
+      if (!taken.ok() && taken.status().code() == Code::kNotFound) continue;  // nothing posted
+      if (!taken.ok()) {
+        ++malformed_;
+        CLIO_LOG_WARN("dropping client connection: shared-memory channel: {}", taken.status().ToString());
+        conn->sock.close(ec);
+        co_return;
+      }
+      const RequestHeader h = *taken;
+      Result<std::string> r = Status(Code::kNotSupported, "transport methods go over the socket");
+      if (!IsTransportMethod(h)) r = co_await RunTask(h, payload);
+      ResponseHeader rh;
+      rh.request_id = h.request_id;
+      const std::string& body = r.ok() ? r.value() : r.status().message();
+      rh.code = static_cast<uint16_t>(r.status().code());
+      rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body.size(), kMaxPayload));
+      const bool fits = rh.payload_len <= seg.capacity();
+      if (fits) std::memcpy(seg.data(), body.data(), rh.payload_len);
+      else rh.flags = kResponsePayloadOnSocket;
+      sh->response = rh;
+      sh->state.store(static_cast<uint32_t>(ShmState::kResponse), std::memory_order_release);
+      FutexWake(&sh->state);
+      if (!fits) {
+        co_await asio::async_write(conn->sock, asio::buffer(body.data(), rh.payload_len),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) co_return;
+      }
+      if (IsStop(h) && r.ok()) {
+        ioc_.stop();
+        co_return;
+      }
+    }
+  }
+
+  // Clients that died while their socket lives on (a child they forked holds it): found by
+  // their pid once a second, closed after the grace.
+  struct Watched {
+    std::weak_ptr<Connection<LocalSocket>> conn;
+    pid_t pid = 0;
+    std::optional<std::chrono::steady_clock::time_point> dead_since;
+  };
+
+  void Register(uint64_t id, const std::shared_ptr<Connection<LocalSocket>>& c, pid_t pid) {
+    if (pid <= 0) return;
+    MutexLock l(&watch_mu_);
+    watched_[id] = Watched{c, pid, std::nullopt};
+  }
+  void Unregister(uint64_t id) {
+    MutexLock l(&watch_mu_);
+    watched_.erase(id);
+  }
+
+  void ScheduleReap() {
+    reap_timer_.expires_after(std::chrono::seconds(1));
+    reap_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      Reap();
+      ScheduleReap();
+    });
+  }
+
+  void Reap() {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<Connection<LocalSocket>>> doomed;
+    {
+      MutexLock l(&watch_mu_);
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        Watched& w = it->second;
+        const bool alive = ::kill(w.pid, 0) == 0 || errno != ESRCH;
+        if (alive) {
+          w.dead_since.reset();
+          ++it;
+          continue;
+        }
+        if (!w.dead_since) w.dead_since = now;
+        if (now - *w.dead_since < std::chrono::seconds(options_.reap_grace_s)) {
+          ++it;
+          continue;
+        }
+        if (auto c = w.conn.lock()) doomed.push_back(std::move(c));
+        CLIO_LOG_INFO("client pid {} has exited; its connection (held open by another process) is closed", w.pid);
+        it = watched_.erase(it);
+      }
+    }
+    for (auto& c : doomed) {
+      ++reaped_;
+      asio::post(c->sock.get_executor(), [c] {
+        boost::system::error_code ec;
+        c->sock.close(ec);  // the session's read fails: it ends, and the channel with it
+        if (c->wake) c->wake->close(ec);
+      });
+    }
+  }
+
+  const Options options_;
+  const Dispatcher dispatch_;
+  // What the coroutines touch as they end, declared before the io_contexts: destroying an
+  // io_context destroys the coroutines still suspended in it.
+  std::atomic<int64_t> connections_{0}, shm_channels_{0}, tcp_connections_{0};
+  std::atomic<uint64_t> malformed_{0}, reaped_{0};
+  Mutex watch_mu_;
+  std::map<uint64_t, Watched> watched_ GUARDED_BY(watch_mu_);
+  CostModel costs_;
+  TaskClass slow_;  // declared before the homes: its tasks post their answers into them
+  Mutex monitor_mu_;
+  CondVar monitor_cv_;
+  bool monitor_stop_ GUARDED_BY(monitor_mu_) = false;
+  std::vector<std::thread> helpers_ GUARDED_BY(monitor_mu_);  // threads added to stuck workers
+  std::atomic<uint64_t> workers_added_{0};
+  std::vector<std::unique_ptr<Home>> homes_;  // the I/O workers: runtime.num_threads
+  asio::io_context& ioc_;  // homes_[0]: the acceptors, signals, the reaper and stop
+  size_t next_ = 0;        // round robin over homes_ (only the acceptor coroutines, on ioc_)
+  std::atomic<uint64_t> next_conn_id_{1};
+  asio::local::stream_protocol::acceptor unix_acceptor_;
+  asio::ip::tcp::acceptor tcp_acceptor_;
+  asio::signal_set signals_;
+  asio::steady_timer reap_timer_;
+  uint32_t tcp_port_ = 0;
+};
+
+Server::Server(Options options, Dispatcher dispatch)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(dispatch))) {}
+Server::~Server() = default;
+Status Server::Listen() { return impl_->Listen(); }
+void Server::Run(const std::function<void()>& on_ready) { impl_->Run(on_ready); }
+void Server::Stop() { impl_->Stop(); }
+Server::Stats Server::stats() const { return impl_->stats(); }
+
+}  // namespace clio

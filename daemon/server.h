@@ -1,0 +1,67 @@
+// The runtime's client server: the Unix socket (with shared-memory channels opened over it)
+// and, when configured, TCP. Frames and channels are described in docs/ipc.md. Boost.Asio
+// stays inside server.cc.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace clio {
+
+class Server {
+ public:
+  struct Options {
+    std::string socket_path;        // mode 0660, group clio when that group exists
+    uint32_t threads = 4;           // worker threads, one io_context each
+    std::string tcp_address;        // with tcp_port 0: no TCP
+    uint32_t tcp_port = 0;
+    std::string token;              // what a TCP client's Hello must present
+    uint32_t shm_channel_bytes = 2u << 20;  // the most a channel may have
+    uint32_t reap_grace_s = 5;      // runtime.client_reap_grace_s
+    // A task predicted to take this long or longer runs on the slow class, not inline on an
+    // I/O worker (runtime.slow_task_us).
+    uint32_t slow_task_us = 2000;
+    // The monitor adds a thread to an I/O worker whose every thread has been inside one task
+    // this long (runtime.stuck_task_ms).
+    uint32_t stuck_task_ms = 100;
+  };
+  // Runs one request: (pool, method, payload) -> the response payload or an error.
+  using Dispatcher = std::function<Result<std::string>(uint32_t pool, uint32_t method, std::string_view payload)>;
+
+  Server(Options options, Dispatcher dispatch);
+  ~Server();
+
+  // Binds the Unix socket (a stale socket file is replaced; a live runtime on it is Busy) and
+  // the TCP port when configured.
+  Status Listen();
+  // Serves until Stop(), SIGTERM/SIGINT or an admin Stop request; `on_ready` runs once the
+  // sockets accept clients.
+  void Run(const std::function<void()>& on_ready);
+  // Asks Run() to return; safe from any thread.
+  void Stop();
+
+  struct Stats {
+    int64_t connections = 0;      // open now: Unix and TCP
+    int64_t shm_channels = 0;     // open now
+    int64_t tcp_connections = 0;  // open now
+    uint64_t malformed_frames = 0;
+    uint64_t reaped_clients = 0;
+    uint32_t tcp_port = 0;        // bound (0: none)
+    uint32_t extra_workers = 0;   // threads the monitor added to stuck I/O workers, running now
+    uint64_t workers_added = 0;   // ever
+    uint32_t slow_threads = 0;    // threads of the slow class now
+    uint64_t slow_tasks = 0;      // tasks that ran on the slow class
+  };
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace clio

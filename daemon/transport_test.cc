@@ -1,0 +1,412 @@
+// The client transports, each forced in turn against a real runtime in this process: shared
+// memory (memfd channels over the Unix socket), the Unix socket alone, and TCP with its token;
+// large messages past a channel's capacity; malformed channel requests; a client killed in the
+// middle of a task; a dead client's connection reaped while a child it forked holds it; a
+// runtime restarted under a connected client.
+#include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/codec.h"
+#include "daemon/ipc.h"
+#include "daemon/runtime.h"
+#include "daemon/test_serving.h"
+#include "daemon/shm_channel.h"
+
+using namespace clio;
+
+namespace {
+
+std::atomic<bool> g_hold{false};     // method 5 blocks while set
+std::atomic<int> g_inside{0};        // method-5 requests running
+std::atomic<int> g_finished{0};      // method-5 requests that returned
+
+// Echoes its payload; method 3 answers `n` bytes (u64 in the payload); method 5 blocks while
+// g_hold is set.
+class EchoPool : public Pool {
+ public:
+  Result<std::string> Handle(uint32_t method, std::string_view payload) override {
+    if (method == 3) {
+      Decoder d(payload);
+      uint64_t n = 0;
+      d.Get(&n);
+      CLIO_RETURN_IF_ERROR(d.Finish("size"));
+      std::string out(n, 'r');
+      if (n > 0) out[n - 1] = 'z';
+      return out;
+    }
+    if (method == 5) {
+      ++g_inside;
+      while (g_hold) std::this_thread::yield();
+      --g_inside;
+      ++g_finished;
+    }
+    return std::string(payload);
+  }
+};
+
+// A TCP port that was free a moment ago.
+uint32_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Node {
+  std::string dir;
+  std::string extra;  // more runtime keys
+  std::unique_ptr<Runtime> rt;
+  testing::ServingThread serve;
+  explicit Node(std::string more = "") : extra(std::move(more)) {
+    char tmpl[] = "/tmp/clio_transport_XXXXXX";
+    dir = mkdtemp(tmpl);
+    Up();
+  }
+  void Up() {
+    auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: 0\n" + extra +
+                                      "compose:\n  - mod_name: echo\n    pool_name: e\n    pool_id: \"7.0\"\n",
+                                  "t.yaml");
+    REQUIRE_MESSAGE(cfg.ok(), cfg.status().ToString());
+    rt = std::make_unique<Runtime>(std::move(cfg).value());
+    rt->RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
+      return std::unique_ptr<Pool>(new EchoPool);
+    });
+    REQUIRE(rt->Compose().ok());
+    serve.Start(rt.get());
+  }
+  void Down() {
+    if (!rt) return;
+    serve.Stop();
+    (void)rt->StopPools();
+    rt.reset();
+  }
+  ~Node() {
+    Down();
+    std::filesystem::remove_all(dir);
+  }
+  RuntimeClient::Options Options(IpcMode mode) const {
+    RuntimeClient::Options o = RuntimeClient::OptionsFor(rt->config());
+    o.mode = mode;
+    return o;
+  }
+  std::unique_ptr<RuntimeClient> Client(IpcMode mode) {
+    auto c = RuntimeClient::Connect(Options(mode));
+    REQUIRE_MESSAGE(c.ok(), c.status().ToString());
+    return std::move(c).value();
+  }
+  RuntimeStats Stats() {
+    auto c = Client(IpcMode::kUnix);
+    auto raw = c->Call(0, static_cast<uint32_t>(AdminMethod::kRuntimeStats), "");
+    REQUIRE(raw.ok());
+    auto s = DecodeRuntimeStats(*raw);
+    REQUIRE(s.ok());
+    return *s;
+  }
+};
+
+std::string Size(uint64_t n) {
+  Encoder e;
+  e.Put<uint64_t>(n);
+  return e.Take();
+}
+
+// Polls `cond` until it holds or 20 s pass (an event the test waits for, not a timing check).
+template <typename F>
+bool Eventually(F cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("every transport, forced in turn, carries requests, errors and messages larger than a channel") {
+  const uint32_t port = FreePort();
+  // Small channels, so that a 1 MiB message does not fit and takes the socket.
+  Node n("  tcp_port: " + std::to_string(port) + "\n  shm_channel_size: 64KiB\n");
+  for (IpcMode mode : {IpcMode::kShm, IpcMode::kUnix, IpcMode::kTcp, IpcMode::kAuto}) {
+    CAPTURE(IpcModeName(mode));
+    auto c = n.Client(mode);
+    CHECK(c->mode() == (mode == IpcMode::kAuto ? IpcMode::kShm : mode));
+    CHECK(*c->Call(7, 1, "hello") == "hello");
+    CHECK(*c->Call(7, 1, "") == "");
+    std::string big(1u << 20, 'x');
+    big[777] = 'y';
+    CHECK(*c->Call(7, 1, big) == big);             // request past the channel
+    auto r = c->Call(7, 3, Size(3u << 20));       // response past the channel
+    REQUIRE(r.ok());
+    CHECK(r->size() == 3u << 20);
+    CHECK(r->back() == 'z');
+    CHECK(*c->Call(7, 3, Size(60000)) == std::string(59999, 'r') + "z");  // fits
+    CHECK(c->Call(99, 1, "").status().code() == Code::kNotFound);
+    // Many threads share the client's connections.
+    std::vector<std::thread> ts;
+    std::atomic<int> ok{0};
+    for (int i = 0; i < 6; ++i)
+      ts.emplace_back([&, i] {
+        for (int j = 0; j < 40; ++j) {
+          std::string p = std::to_string(i * 1000 + j) + std::string(j * 97, 'p');
+          auto x = c->Call(7, 1, p);
+          if (x.ok() && *x == p) ++ok;
+        }
+      });
+    for (auto& t : ts) t.join();
+    CHECK(ok == 240);
+  }
+  RuntimeStats st = n.Stats();
+  CHECK(st.malformed_frames == 0);
+}
+
+TEST_CASE("CLIO_IPC_MODE picks the transport; a bad value and TCP without a port are refused by name") {
+  Node n;
+  RuntimeClient::Options o = RuntimeClient::OptionsFor(n.rt->config());
+  setenv("CLIO_IPC_MODE", "unix", 1);
+  auto u = RuntimeClient::Connect(o);
+  REQUIRE(u.ok());
+  CHECK((*u)->mode() == IpcMode::kUnix);
+  setenv("CLIO_IPC_MODE", "SHM", 1);
+  auto s = RuntimeClient::Connect(o);
+  REQUIRE(s.ok());
+  CHECK((*s)->mode() == IpcMode::kShm);
+  CHECK(n.Stats().shm_channels == 1);
+  setenv("CLIO_IPC_MODE", "pigeon", 1);
+  auto bad = RuntimeClient::Connect(o);
+  CHECK(bad.status().code() == Code::kInvalidArgument);
+  CHECK_MESSAGE(bad.status().message().find("unknown IPC mode 'pigeon'") != std::string::npos, bad.status().ToString());
+  unsetenv("CLIO_IPC_MODE");
+  auto tcp = RuntimeClient::Connect(n.Options(IpcMode::kTcp));
+  CHECK_FALSE(tcp.ok());
+  CHECK_MESSAGE(tcp.status().message().find("tcp_port") != std::string::npos, tcp.status().ToString());
+}
+
+TEST_CASE("TCP: a wrong token or a request before the hello closes the connection") {
+  const uint32_t port = FreePort();
+  Node n("  tcp_port: " + std::to_string(port) + "\n");
+  const std::string token_file = n.rt->config().token_file;
+  struct stat st{};
+  REQUIRE(stat(token_file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  RuntimeClient::Options o = n.Options(IpcMode::kTcp);
+  o.token_file = n.dir + "/wrong.token";
+  std::ofstream(o.token_file) << "not-the-token-at-all-0123456789\n";
+  auto wrong = RuntimeClient::Connect(o);
+  CHECK(wrong.status().code() == Code::kPermissionDenied);
+  CHECK_MESSAGE(wrong.status().message().find("wrong token") != std::string::npos, wrong.status().ToString());
+  o.token_file = n.dir + "/missing.token";
+  CHECK(RuntimeClient::Connect(o).status().code() == Code::kPermissionDenied);
+
+  // A raw TCP client that skips the hello is answered PermissionDenied and closed.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  RequestHeader h;
+  h.pool = 7;
+  h.method = 1;
+  REQUIRE(::send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
+  ResponseHeader r;
+  REQUIRE(::recv(fd, &r, sizeof r, MSG_WAITALL) == sizeof r);
+  CHECK(r.code == static_cast<uint16_t>(Code::kPermissionDenied));
+  std::string body(r.payload_len, '\0');
+  REQUIRE(::recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  char b;
+  CHECK(::recv(fd, &b, 1, 0) == 0);  // closed
+  ::close(fd);
+  CHECK(*n.Client(IpcMode::kTcp)->Call(7, 1, "ok") == "ok");
+}
+
+TEST_CASE("a malformed request in a shared-memory channel closes that connection only, and is counted") {
+  Node n;
+  for (int variant = 0; variant < 3; ++variant) {
+    CAPTURE(variant);
+    // A hand-made client: open a channel, then write a bad request into it.
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, n.rt->config().socket_path.c_str());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    Encoder want;
+    want.Put<uint32_t>(8192);
+    RequestHeader h;
+    h.method = static_cast<uint32_t>(AdminMethod::kOpenChannel);
+    h.payload_len = static_cast<uint32_t>(want.buffer().size());
+    REQUIRE(::send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
+    REQUIRE(::send(fd, want.buffer().data(), want.buffer().size(), MSG_NOSIGNAL) == 4);
+    ResponseHeader r;
+    REQUIRE(::recv(fd, &r, sizeof r, MSG_WAITALL) == sizeof r);
+    REQUIRE(r.code == 0);
+    std::string granted(r.payload_len, '\0');
+    REQUIRE(::recv(fd, granted.data(), granted.size(), MSG_WAITALL) == 4);
+    int fds[2];
+    REQUIRE(ReceiveFds(fd, fds, 2).ok());
+    auto seg = ShmSegment::Attach(fds[0]);
+    REQUIRE(seg.ok());
+    CHECK(seg->capacity() == 8192);
+    RequestHeader bad;
+    bad.pool = 7;
+    bad.method = 1;
+    if (variant == 0) bad.magic = 0x12345678;
+    if (variant == 1) bad.payload_len = 8193;  // past the channel
+    if (variant == 2) bad.version = 3;
+    seg->header()->request = bad;
+    seg->header()->state.store(static_cast<uint32_t>(ShmState::kRequest));
+    const uint64_t one = 1;
+    REQUIRE(::write(fds[1], &one, sizeof one) == sizeof one);
+    char b;
+    CHECK(::recv(fd, &b, 1, 0) == 0);  // the runtime closed the connection
+    ::close(fds[1]);
+    ::close(fd);
+  }
+  CHECK(Eventually([&] { return n.Stats().malformed_frames == 3; }));
+  CHECK(Eventually([&] { return n.Stats().shm_channels == 0; }));
+  CHECK(*n.Client(IpcMode::kShm)->Call(7, 1, "still serving") == "still serving");
+}
+
+TEST_CASE("a client killed in the middle of a task does not wedge its worker") {
+  Node n("  num_threads: 1\n");  // one worker: a wedged one would stop everything
+  for (IpcMode mode : {IpcMode::kShm, IpcMode::kUnix}) {
+    CAPTURE(IpcModeName(mode));
+    g_hold = true;
+    const int finished = g_finished.load();
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      auto c = RuntimeClient::Connect(n.Options(mode));
+      if (c.ok()) (void)(*c)->Call(7, 5, "held");
+      _exit(0);
+    }
+    REQUIRE(Eventually([] { return g_inside.load() == 1; }));
+    REQUIRE(::kill(child, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    g_hold = false;  // the task ends, its client long gone
+    CHECK(Eventually([&] { return g_finished.load() == finished + 1; }));
+    CHECK(*n.Client(mode)->Call(7, 1, "next") == "next");
+  }
+}
+
+TEST_CASE("the connection of a client that died is reaped after the grace, though a child it forked holds it") {
+  Node n("  client_reap_grace_s: 0\n");
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t parent = fork();
+  REQUIRE(parent >= 0);
+  if (parent == 0) {
+    // The client: connect over shared memory, fork a child that keeps every descriptor (and so
+    // the connection) open, then die.
+    auto c = RuntimeClient::Connect(n.Options(IpcMode::kShm));
+    if (!c.ok() || !(*c)->Call(7, 1, "x").ok()) _exit(1);
+    if (fork() == 0) {
+      const pid_t me = getpid();
+      (void)!::write(ready[1], &me, sizeof me);
+      ::pause();  // killed by the test
+      _exit(0);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(parent, &status, 0) == parent);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  pid_t orphan = 0;
+  REQUIRE(::read(ready[0], &orphan, sizeof orphan) == sizeof orphan);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  CHECK(::kill(orphan, 0) == 0);  // alive, holding the dead client's connection open
+  CHECK(Eventually([&] { return n.Stats().reaped_clients == 1; }));
+  CHECK(Eventually([&] { return n.Stats().shm_channels == 0; }));
+  ::kill(orphan, SIGKILL);
+  CHECK(*n.Client(IpcMode::kShm)->Call(7, 1, "alive") == "alive");
+}
+
+TEST_CASE("a client rides out a runtime restart: its next call reconnects, over a new channel") {
+  Node n;
+  RuntimeClient::Options o = n.Options(IpcMode::kShm);
+  o.connect_wait_ms = 20000;
+  auto c = RuntimeClient::Connect(o);
+  REQUIRE(c.ok());
+  CHECK(*(*c)->Call(7, 1, "before") == "before");
+  n.Down();
+  // The call waits for the runtime to come back (connect_wait_ms), then goes over a new
+  // connection: idempotent calls are resent once after the old one broke.
+  Result<std::string> r = Status(Code::kInternal, "not called");
+  std::thread caller([&] { r = (*c)->Call(7, 1, "after"); });
+  n.Up();
+  caller.join();
+  REQUIRE_MESSAGE(r.ok(), r.status().ToString());
+  CHECK(*r == "after");
+  CHECK((*c)->mode() == IpcMode::kShm);
+  // A non-idempotent call on a broken connection is not resent: it fails, naming the cause.
+  n.Down();
+  n.Up();
+  auto once = (*c)->Call(7, 1, "once", /*idempotent=*/false);
+  CHECK((once.ok() || once.status().code() == Code::kUnavailable));
+  CHECK(*(*c)->Call(7, 1, "again") == "again");
+}
+
+TEST_CASE("a worker stuck on one task gets a thread: the connections behind it are served, and it retires") {
+  // One I/O worker, and no task is slow enough for the slow class: only the monitor can help.
+  Node n("  num_threads: 1\n  stuck_task_ms: 20\n  slow_task_us: 60000000\n");
+  auto held = n.Client(IpcMode::kShm);
+  auto other = n.Client(IpcMode::kShm);
+  g_hold = true;
+  const int finished = g_finished.load();
+  std::thread holder([&] { (void)held->Call(7, 5, "held"); });
+  REQUIRE(Eventually([] { return g_inside.load() == 1; }));
+  // The held task keeps the only worker's thread; the other client is still served.
+  CHECK(*other->Call(7, 1, "behind it") == "behind it");
+  RuntimeStats st = n.Stats();
+  CHECK(st.workers_added >= 1);
+  CHECK(st.extra_workers >= 1);
+  CHECK(g_inside.load() == 1);  // still held
+  g_hold = false;
+  holder.join();
+  CHECK(g_finished.load() == finished + 1);
+  // Free again: the added thread retires.
+  CHECK(Eventually([&] { return n.Stats().extra_workers == 0; }));
+}
+
+TEST_CASE("a method observed to be slow runs on the slow class; the I/O worker keeps serving meanwhile") {
+  // slow_task_us 1: every method seen once is "slow"; the monitor is kept out of the way.
+  Node n("  num_threads: 1\n  slow_task_us: 1\n  stuck_task_ms: 3600000\n");
+  auto held = n.Client(IpcMode::kUnix);
+  auto other = n.Client(IpcMode::kUnix);
+  CHECK(*held->Call(7, 5, "learn") == "learn");  // the first run is inline: nothing known yet
+  CHECK(*other->Call(7, 1, "learn") == "learn");
+  const uint64_t before = n.Stats().slow_tasks;
+  g_hold = true;
+  std::thread holder([&] { (void)held->Call(7, 5, "held"); });
+  REQUIRE(Eventually([] { return g_inside.load() == 1; }));
+  // The held task runs on the slow class, so the one I/O worker answers the others (and their
+  // tasks, slow too now, run on further threads of the class: it grows while saturated).
+  CHECK(*other->Call(7, 1, "meanwhile") == "meanwhile");
+  RuntimeStats st = n.Stats();
+  CHECK(st.slow_tasks >= before + 1);
+  CHECK(st.slow_threads >= 2);
+  CHECK(st.workers_added == 0);
+  g_hold = false;
+  holder.join();
+}
