@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "daemon/service_notify.h"
@@ -147,17 +148,6 @@ Result<std::unique_ptr<RuntimeClient>> ConnectTo(const RuntimeConfig& cfg) {
   return RuntimeClient::Connect(o);
 }
 
-// Whether the process has exited: gone, or a zombie its parent (init, for a daemon) has not
-// reaped yet; some inits reap only every few tens of seconds.
-bool Exited(pid_t pid) {
-  if (::kill(pid, 0) != 0) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t close = line.rfind(')');  // the name may hold spaces and parentheses
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
 int Stop(const RuntimeConfig& cfg) {
   auto c = ConnectTo(cfg);
   if (!c.ok()) {
@@ -178,7 +168,7 @@ int Stop(const RuntimeConfig& cfg) {
   std::fprintf(stderr, "clio_run: stopping runtime (pid %llu), flushing data...\n",
                static_cast<unsigned long long>(pid));
   // Wait for the process to finish flushing and exit; a stop that flushes gigabytes takes time.
-  while (pid != 0 && !Exited(static_cast<pid_t>(pid))) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (pid != 0 && !ProcessExited(static_cast<pid_t>(pid))) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::fprintf(stderr, "clio_run: stopped\n");
   return 0;
 }

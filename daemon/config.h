@@ -104,7 +104,7 @@ struct RuntimeConfig {
   std::string tcp_address = "127.0.0.1";
   uint32_t tcp_port = 0;
   // The node's secret (runtime.token_file, default ${CLIO_STATE_DIR}/token): made 0600 by the
-  // runtime at start when missing. TCP clients and the mutating HTTP API present it.
+  // runtime at start when missing. TCP clients present it in their Hello.
   std::string token_file;
   // Data bytes of one shared-memory channel (runtime.shm_channel_size, 4 KiB..64 MiB).
   uint32_t shm_channel_bytes = 2u << 20;

@@ -135,6 +135,22 @@ Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes) {
   return out;
 }
 
+Result<std::string> DecodeHello(std::string_view payload) {
+  Decoder d(payload);
+  std::string token;
+  d.GetString(&token);
+  CLIO_RETURN_IF_ERROR(d.Finish("Hello"));
+  return token;
+}
+
+Result<uint32_t> DecodeOpenChannel(std::string_view payload) {
+  Decoder d(payload);
+  uint32_t wanted = 0;
+  d.Get(&wanted);
+  CLIO_RETURN_IF_ERROR(d.Finish("OpenChannel"));
+  return wanted;
+}
+
 std::string EncodeRuntimeStats(const RuntimeStats& s) {
   Encoder e;
   e.Put(s.pid).Put(s.uptime_s).Put(s.worker_threads).Put(s.client_connections).Put(s.pools);
@@ -205,6 +221,7 @@ Result<IpcMode> ParseIpcMode(std::string_view s) {
 // channel riding on it (the socket then carries only what does not fit the channel).
 struct RuntimeClient::Conn {
   int fd = -1;
+  pid_t owner = ::getpid();  // a forked child must not share its parent's connection
   IpcMode mode = IpcMode::kUnix;
   std::unique_ptr<ShmSegment> shm;
   int evfd = -1;  // the runtime's wake-up for this channel
@@ -255,6 +272,9 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::TakeConnection() {
     while (!idle_.empty()) {
       std::unique_ptr<Conn> c = std::move(idle_.back());
       idle_.pop_back();
+      // Made by the process we forked from: the parent may use it too (and the runtime reaps
+      // it once the parent is gone). This process makes its own.
+      if (c->owner != ::getpid()) continue;
       // The runtime never speaks first: a readable or hung-up idle socket belongs to a runtime
       // that went away (restart). Drop it rather than lose a request on it.
       pollfd p{c->fd, POLLIN, 0};
@@ -295,21 +315,29 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection() {
     if (!r.ok()) return r.status().WithContext("TCP hello to " + options_.tcp_host + ":" + std::to_string(options_.tcp_port));
   }
   if (conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
-    Status s = OpenChannel(*conn);
+    bool refused = false;
+    Status s = OpenChannel(*conn, &refused);
     if (!s.ok()) {
       if (wanted_ == IpcMode::kShm) return s.WithContext("CLIO_IPC_MODE=shm: opening a shared-memory channel");
-      // Auto: a runtime that cannot make a channel (no memfd) still serves the socket.
-      if (s.code() == Code::kUnavailable) return s;
+      // Auto: a runtime that answered that it cannot make a channel (no memfd) still serves
+      // the socket. Any other failure may have left the stream out of step: not reused.
+      if (!refused) return s.WithContext("opening a shared-memory channel");
     }
   }
   used_.store(static_cast<uint8_t>(conn->mode));
   return conn;
 }
 
-Status RuntimeClient::OpenChannel(Conn& c) {
+Status RuntimeClient::OpenChannel(Conn& c, bool* refused) {
   Encoder e;
   e.Put<uint32_t>(options_.shm_bytes);
-  CLIO_ASSIGN_OR_RETURN(std::string granted, CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kOpenChannel), e.buffer()));
+  auto granted = CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kOpenChannel), e.buffer());
+  if (!granted.ok()) {
+    // An answer with an error code is a clean refusal; a broken or garbled exchange is not.
+    const Code code = granted.status().code();
+    *refused = code != Code::kUnavailable && code != Code::kCorruption;
+    return granted.status();
+  }
   int fds[2] = {-1, -1};
   CLIO_RETURN_IF_ERROR(ReceiveFds(c.fd, fds, 2));
   c.evfd = fds[1];

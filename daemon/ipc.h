@@ -77,6 +77,11 @@ enum class AdminMethod : uint32_t {
   kHello = 11,
 };
 
+// The payloads of the transport methods: Hello's token, OpenChannel's wanted data bytes.
+// Corruption for anything else.
+Result<std::string> DecodeHello(std::string_view payload);
+Result<uint32_t> DecodeOpenChannel(std::string_view payload);
+
 // One pool as ListPools reports it.
 struct PoolInfo {
   uint32_t id = 0;  // major id
@@ -158,8 +163,9 @@ class RuntimeClient {
   explicit RuntimeClient(Options o);
   Result<std::unique_ptr<Conn>> TakeConnection();
   Result<std::unique_ptr<Conn>> NewConnection();
-  // Asks the runtime for a shared-memory channel on the connection's Unix socket.
-  Status OpenChannel(Conn& c);
+  // Asks the runtime for a shared-memory channel on the connection's Unix socket. On an error,
+  // *refused says whether the runtime answered it cleanly (the socket is still usable).
+  Status OpenChannel(Conn& c, bool* refused);
   void ReturnConnection(std::unique_ptr<Conn> c);
   Result<std::string> CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload);
 

@@ -2,8 +2,9 @@
 // compose entries can use) without being rebuilt. docs/write-a-module.md walks through one.
 //
 // A module library defines, with CLIO_DEFINE_MODULE below, one C entry point,
-// `clio_module_descriptor`, returning a ModuleDescriptor. The runtime checks, before it calls
-// anything else in the library:
+// `clio_module_descriptor`, returning a ModuleDescriptor. Loading the library runs its static
+// constructors (that is why only root-owned files load); then the runtime checks, before it
+// calls anything else in the library:
 //   - abi_version == kModuleAbiVersion (this header's; bumped whenever Pool, PoolRegistry,
 //     ComposeEntry, ConfigReader or Status change in a way a built module would notice),
 //   - the layout fingerprint (sizes of the types the factory exchanges with the runtime), so a
@@ -15,8 +16,10 @@
 //
 // Where modules come from: `runtime.module_dir` (default /usr/lib/clio/modules), file
 // `lib<mod_name>.so`. The directory and the file must be owned by root and writable by nobody
-// else (DESIGN.md: external modules load only from a root-owned directory); anything else is
-// refused with the reason named.
+// else, not be symbolic links, and every directory above must be root's and not let another
+// user swap an entry (world-writable only with the sticky bit) (DESIGN.md: external modules
+// load only from a root-owned directory); anything else is refused with the reason named. The
+// file checked is the file loaded (by descriptor).
 #pragma once
 
 #include <cstdint>

@@ -126,6 +126,7 @@ Runtime::Runtime(RuntimeConfig config)
 Runtime::~Runtime() = default;
 
 void Runtime::RegisterModule(std::string mod_name, ModuleFactory factory) {
+  MutexLock l(&compose_mu_);
   factories_[std::move(mod_name)] = std::move(factory);
 }
 

@@ -112,7 +112,8 @@ class Runtime : public PoolRegistry {
   void ReleaseUse(PoolSlot* user, uint32_t id) EXCLUDES(mu_);
 
   const RuntimeConfig config_;
-  std::map<std::string, ModuleFactory> factories_;
+  // Built-in modules (RegisterModule) and external ones loaded so far (MakePool).
+  std::map<std::string, ModuleFactory> factories_ GUARDED_BY(compose_mu_);
   // One create or destroy at a time; taken before mu_.
   Mutex compose_mu_ ACQUIRED_BEFORE(mu_);
   std::vector<Logged> logged_ GUARDED_BY(compose_mu_);

@@ -20,6 +20,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/thread_annotations.h"
 #include "daemon/asio.h"
 #include "daemon/ipc.h"
@@ -45,10 +46,25 @@ struct Connection {
   bool authenticated = false;  // TCP: after a good Hello; Unix: from the start
   // The client's end of the channel's eventfd, from OpenChannel until it is sent.
   int client_wake = -1;
+  std::atomic<int> in_request{0};  // requests running now (the reaper closes only an idle one)
   ~Connection() {
     if (client_wake >= 0) ::close(client_wake);
   }
 };
+
+// Before its Hello, a TCP peer has proven nothing: its frames are small, it has this long to
+// say Hello, and only so many such peers are kept at once.
+constexpr uint32_t kMaxUnauthenticatedPayload = 1024;
+constexpr auto kHelloDeadline = std::chrono::seconds(5);
+constexpr int64_t kMaxUnauthenticated = 64;
+
+// A response never exceeds the frame limit: a bigger one is an error, not a truncation.
+Result<std::string> Bounded(Result<std::string> r) {
+  if (r.ok() && r->size() > kMaxPayload)
+    return Status(Code::kOutOfRange, "the answer of " + std::to_string(r->size()) + " bytes exceeds the " +
+                                         std::to_string(kMaxPayload) + "-byte frame limit");
+  return r;
+}
 
 bool IsTransportMethod(const RequestHeader& h) {
   return h.pool == 0 && (h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel) ||
@@ -57,11 +73,16 @@ bool IsTransportMethod(const RequestHeader& h) {
 
 bool IsStop(const RequestHeader& h) { return h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop); }
 
-// Constant-time comparison: a TCP client learns nothing from how long a wrong token took.
-bool SameToken(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+// Constant-time comparison: a TCP client learns nothing from how long a wrong token took,
+// not even its length (every byte of the longer is compared).
+bool SameToken(std::string_view given, std::string_view token) {
+  const size_t n = std::max(given.size(), token.size());
+  unsigned char diff = given.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char a = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    const unsigned char b = i < token.size() ? static_cast<unsigned char>(token[i]) : 0;
+    diff |= static_cast<unsigned char>(a ^ b);
+  }
   return diff == 0;
 }
 
@@ -177,12 +198,12 @@ class Server::Impl {
       monitor_cv_.NotifyAll();
     }
     monitor.join();
-    std::vector<std::thread> helpers;
+    std::vector<Helper> helpers;
     {
       MutexLock l(&monitor_mu_);
       helpers.swap(helpers_);
     }
-    for (auto& t : helpers) t.join();
+    for (auto& h : helpers) h.thread.join();
     slow_.Stop();  // the slow tasks running finish; their answers go nowhere
     boost::system::error_code ec;
     unix_acceptor_.close(ec);
@@ -207,7 +228,7 @@ class Server::Impl {
     }
     s.workers_added = workers_added_.load();
     s.slow_threads = slow_.threads();
-    s.slow_tasks = slow_.tasks_run();
+    s.slow_tasks = slow_tasks_.load();
     return s;
   }
 
@@ -218,7 +239,12 @@ class Server::Impl {
     return v;
   }
 
-  asio::io_context& NextHome() { return homes_[next_++ % homes_.size()]->ioc; }
+  // A connection's home worker, round robin, and a strand on it: the coroutines of one
+  // connection (its socket's, its channel's, the reaper's close) never run at once, even when
+  // the monitor has added threads to the worker.
+  asio::strand<asio::io_context::executor_type> NextStrand() {
+    return asio::make_strand(homes_[next_.fetch_add(1) % homes_.size()]->ioc);
+  }
 
   // Runs one request. Tasks predicted cheap run inline on this I/O worker (marked busy for the
   // monitor); the others run on the slow class while this coroutine waits, so the worker
@@ -234,7 +260,8 @@ class Server::Impl {
             slow_.Submit([this, ex, pool, method, payload = payload, done] {
               const int64_t t0 = NowNs();
               Out r = std::make_shared<Result<std::string>>(dispatch_(pool, method, payload));
-              costs_.Observe(pool, method, static_cast<double>(NowNs() - t0) / 1000.0);
+              Learn(pool, method, r->status(), t0);
+              ++slow_tasks_;  // before the answer: whoever gets it sees the task counted
               asio::post(ex, [done, r] { std::move(*done)(r); });
             });
           },
@@ -247,8 +274,15 @@ class Server::Impl {
     if (slots) slots->busy_since_ns[slot].store(t0);
     Result<std::string> r = dispatch_(pool, method, payload);
     if (slots) slots->busy_since_ns[slot].store(0);
-    costs_.Observe(pool, method, static_cast<double>(NowNs() - t0) / 1000.0);
+    Learn(pool, method, r.status(), t0);
     co_return r;
+  }
+
+  // A request that ran (not one refused for an unknown pool or method, which a client may
+  // send at will) teaches the cost model its run time.
+  void Learn(uint32_t pool, uint32_t method, const Status& s, int64_t t0_ns) {
+    if (s.code() == Code::kNotFound || s.code() == Code::kNotSupported) return;
+    costs_.Observe(pool, method, static_cast<double>(NowNs() - t0_ns) / 1000.0);
   }
 
   // Every quarter of runtime.stuck_task_ms: an I/O worker whose every thread has been inside
@@ -261,6 +295,14 @@ class Server::Impl {
     while (!monitor_stop_) {
       monitor_cv_.WaitFor(&monitor_mu_, period);
       if (monitor_stop_) break;
+      for (auto it = helpers_.begin(); it != helpers_.end();) {
+        if (!it->done->load()) {
+          ++it;
+          continue;
+        }
+        it->thread.join();  // it has retired: only returning
+        it = helpers_.erase(it);
+      }
       for (size_t i = 0; i < homes_.size(); ++i) {
         int running = 0;
         if (!homes_[i]->slots.Stuck(NowNs() - stuck_ns, &running) || running >= WorkerSlots::kMaxThreads) continue;
@@ -268,7 +310,12 @@ class Server::Impl {
         ++workers_added_;
         CLIO_LOG_WARN("I/O worker {} is stuck on a task for over {} ms: a thread joins it ({} running)", i,
                       options_.stuck_task_ms, running + 1);
-        helpers_.emplace_back([home] { RunHome(*home, true); });
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        helpers_.push_back({std::thread([home, done] {
+                              RunHome(*home, true);
+                              done->store(true);
+                            }),
+                            done});
       }
     }
   }
@@ -276,8 +323,8 @@ class Server::Impl {
   asio::awaitable<void> AcceptUnix() {
     while (true) {
       boost::system::error_code ec;
-      asio::io_context& home = NextHome();
-      LocalSocket sock = co_await unix_acceptor_.async_accept(home, asio::redirect_error(asio::use_awaitable, ec));
+      auto strand = NextStrand();
+      LocalSocket sock = co_await unix_acceptor_.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted) co_return;
         CLIO_LOG_WARN("accept on {}: {}", options_.socket_path, ec.message());
@@ -289,23 +336,42 @@ class Server::Impl {
       if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer = cred.pid;
       auto conn = std::make_shared<Connection<LocalSocket>>(std::move(sock));
       conn->authenticated = true;  // the socket's mode and group decided who may connect
-      asio::co_spawn(home, Session(conn, peer), asio::detached);
+      asio::co_spawn(strand, Session(conn, peer), asio::detached);
     }
   }
 
   asio::awaitable<void> AcceptTcp() {
     while (true) {
       boost::system::error_code ec;
-      asio::io_context& home = NextHome();
-      TcpSocket sock = co_await tcp_acceptor_.async_accept(home, asio::redirect_error(asio::use_awaitable, ec));
+      auto strand = NextStrand();
+      TcpSocket sock = co_await tcp_acceptor_.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted) co_return;
         CLIO_LOG_WARN("accept on TCP port {}: {}", tcp_port_, ec.message());
         continue;
       }
+      if (unauthenticated_.load() >= kMaxUnauthenticated) {
+        CLIO_LOG_WARN("TCP: {} connections wait for their hello already; one more refused", kMaxUnauthenticated);
+        sock.close(ec);
+        continue;
+      }
       sock.set_option(asio::ip::tcp::no_delay(true), ec);
       auto conn = std::make_shared<Connection<TcpSocket>>(std::move(sock));
-      asio::co_spawn(home, Session(conn, 0), asio::detached);
+      ++unauthenticated_;
+      asio::co_spawn(strand, HelloDeadline(conn), asio::detached);
+      asio::co_spawn(strand, Session(conn, 0), asio::detached);
+    }
+  }
+
+  // Closes a TCP connection that has not said Hello in time.
+  asio::awaitable<void> HelloDeadline(std::shared_ptr<Connection<TcpSocket>> conn) {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    t.expires_after(kHelloDeadline);
+    boost::system::error_code ec;
+    co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (!conn->authenticated && conn->sock.is_open()) {
+      CLIO_LOG_WARN("TCP client said no hello within {} s: connection closed", kHelloDeadline.count());
+      conn->sock.close(ec);
     }
   }
 
@@ -325,6 +391,7 @@ class Server::Impl {
       ~Closed() {
         --s->connections_;
         if (kTcp) --s->tcp_connections_;
+        if (kTcp && !c->authenticated) --s->unauthenticated_;
         if constexpr (!kTcp) {
           s->Unregister(id);
           if (c->wake) {
@@ -341,6 +408,8 @@ class Server::Impl {
       co_await asio::async_read(conn->sock, asio::buffer(&h, sizeof h), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return;  // client went away
       Status valid = ValidateRequestHeader(h);
+      if (valid.ok() && !conn->authenticated && h.payload_len > kMaxUnauthenticatedPayload)
+        valid = Corruption("a frame of " + std::to_string(h.payload_len) + " bytes before the hello");
       if (!valid.ok()) {
         ++malformed_;
         CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
@@ -357,19 +426,26 @@ class Server::Impl {
       // Not a conditional expression: g++ 12 miscompiles co_await inside one (a temporary is
       // destroyed twice).
       Result<std::string> r = Status(Code::kInternal, "unanswered");
+      const bool was_authenticated = conn->authenticated;
+      ++conn->in_request;
       if (IsTransportMethod(h)) r = Transport(*conn, h, payload);
       else r = co_await RunTask(h, payload);
+      --conn->in_request;
+      if (kTcp && !was_authenticated && conn->authenticated) --unauthenticated_;
       const bool refused = !conn->authenticated;
       if (!co_await Reply(conn->sock, h, r)) co_return;
       if (refused) co_return;  // a wrong token: the answer said why, and the connection ends
       if constexpr (!kTcp) {
         if (h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel) && h.pool == 0 && r.ok()) {
-          // The descriptors follow the answer, in one byte of their own.
+          // The descriptors follow the answer, in one byte of their own. The channel counts
+          // from here (before its client can ask), until ServeChannel ends.
           const int fds[2] = {conn->segment->fd(), conn->client_wake};
+          ++shm_channels_;
           Status sent = SendFds(conn->sock.native_handle(), fds, 2);
           ::close(conn->client_wake);
           conn->client_wake = -1;
           if (!sent.ok()) {
+            --shm_channels_;
             CLIO_LOG_WARN("handing a shared-memory channel to pid {}: {}", peer, sent.ToString());
             co_return;
           }
@@ -384,7 +460,8 @@ class Server::Impl {
   }
 
   template <typename Socket>
-  asio::awaitable<bool> Reply(Socket& sock, const RequestHeader& h, const Result<std::string>& r) {
+  asio::awaitable<bool> Reply(Socket& sock, const RequestHeader& h, Result<std::string> answer) {
+    const Result<std::string> r = Bounded(std::move(answer));
     ResponseHeader rh;
     rh.request_id = h.request_id;
     const std::string& body = r.ok() ? r.value() : r.status().message();
@@ -399,11 +476,8 @@ class Server::Impl {
   // OpenChannel and Hello. Runs on the connection's own coroutine.
   template <typename Socket>
   Result<std::string> Transport(Connection<Socket>& conn, const RequestHeader& h, std::string_view payload) {
-    Decoder d(payload);
     if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
-      std::string token;
-      d.GetString(&token);
-      CLIO_RETURN_IF_ERROR(d.Finish("Hello"));
+      CLIO_ASSIGN_OR_RETURN(std::string token, DecodeHello(payload));
       if (!std::is_same_v<Socket, TcpSocket>) return std::string();  // Unix: nothing to prove
       if (!SameToken(token, options_.token)) {
         CLIO_LOG_WARN("TCP client presented a wrong token: connection closed");
@@ -412,9 +486,7 @@ class Server::Impl {
       conn.authenticated = true;
       return std::string();
     }
-    uint32_t wanted = 0;
-    d.Get(&wanted);
-    CLIO_RETURN_IF_ERROR(d.Finish("OpenChannel"));
+    CLIO_ASSIGN_OR_RETURN(uint32_t wanted, DecodeOpenChannel(payload));
     if constexpr (std::is_same_v<Socket, TcpSocket>) {
       return Status(Code::kNotSupported, "shared-memory channels need the runtime on this machine (Unix socket)");
     } else {
@@ -442,11 +514,17 @@ class Server::Impl {
   // segment at any time); the answer goes back into the segment, or its payload over the
   // socket when it does not fit.
   asio::awaitable<void> ServeChannel(std::shared_ptr<Connection<LocalSocket>> conn) {
-    ++shm_channels_;
+    // Counted from OpenChannel (Transport) until the channel ends, whichever way it ends; then
+    // the connection goes too, so that its client, waiting on the futex, sees the hang-up.
     struct Gone {
       std::atomic<int64_t>& n;
-      ~Gone() { --n; }
-    } gone{shm_channels_};
+      std::shared_ptr<Connection<LocalSocket>> c;
+      ~Gone() {
+        --n;
+        boost::system::error_code ec;
+        c->sock.close(ec);
+      }
+    } gone{shm_channels_, conn};
     ShmSegment& seg = *conn->segment;
     ShmChannelHeader* sh = seg.header();
     std::string payload;
@@ -455,19 +533,21 @@ class Server::Impl {
       co_await conn->wake->async_wait(asio::posix::descriptor_base::wait_read,
                                       asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return;  // closed with the connection
-      uint64_t count = 0;
+      uint64_t count = 0;  // the wake-ups since the last read; a request is in the segment
       if (::read(conn->wake->native_handle(), &count, sizeof count) < 0 && errno != EAGAIN) co_return;
       auto taken = TakeChannelRequest(seg, &payload);
       if (!taken.ok() && taken.status().code() == Code::kNotFound) continue;  // nothing posted
       if (!taken.ok()) {
         ++malformed_;
         CLIO_LOG_WARN("dropping client connection: shared-memory channel: {}", taken.status().ToString());
-        conn->sock.close(ec);
         co_return;
       }
       const RequestHeader h = *taken;
       Result<std::string> r = Status(Code::kNotSupported, "transport methods go over the socket");
+      ++conn->in_request;
       if (!IsTransportMethod(h)) r = co_await RunTask(h, payload);
+      --conn->in_request;
+      r = Bounded(std::move(r));
       ResponseHeader rh;
       rh.request_id = h.request_id;
       const std::string& body = r.ok() ? r.value() : r.status().message();
@@ -492,7 +572,9 @@ class Server::Impl {
   }
 
   // Clients that died while their socket lives on (a child they forked holds it): found by
-  // their pid once a second, closed after the grace.
+  // their pid once a second (a zombie counts as dead), closed once dead for the grace and
+  // with no request of theirs running. A client that forks keeps its connections to itself
+  // (RuntimeClient drops those of another pid), so a child never uses a reaped connection.
   struct Watched {
     std::weak_ptr<Connection<LocalSocket>> conn;
     pid_t pid = 0;
@@ -525,8 +607,8 @@ class Server::Impl {
       MutexLock l(&watch_mu_);
       for (auto it = watched_.begin(); it != watched_.end();) {
         Watched& w = it->second;
-        const bool alive = ::kill(w.pid, 0) == 0 || errno != ESRCH;
-        if (alive) {
+        auto c = w.conn.lock();
+        if (!ProcessExited(w.pid) || (c && c->in_request.load() > 0)) {
           w.dead_since.reset();
           ++it;
           continue;
@@ -536,7 +618,7 @@ class Server::Impl {
           ++it;
           continue;
         }
-        if (auto c = w.conn.lock()) doomed.push_back(std::move(c));
+        if (c) doomed.push_back(std::move(c));
         CLIO_LOG_INFO("client pid {} has exited; its connection (held open by another process) is closed", w.pid);
         it = watched_.erase(it);
       }
@@ -557,6 +639,7 @@ class Server::Impl {
   // io_context destroys the coroutines still suspended in it.
   std::atomic<int64_t> connections_{0}, shm_channels_{0}, tcp_connections_{0};
   std::atomic<uint64_t> malformed_{0}, reaped_{0};
+  std::atomic<int64_t> unauthenticated_{0};  // TCP connections waiting for their hello
   Mutex watch_mu_;
   std::map<uint64_t, Watched> watched_ GUARDED_BY(watch_mu_);
   CostModel costs_;
@@ -564,11 +647,17 @@ class Server::Impl {
   Mutex monitor_mu_;
   CondVar monitor_cv_;
   bool monitor_stop_ GUARDED_BY(monitor_mu_) = false;
-  std::vector<std::thread> helpers_ GUARDED_BY(monitor_mu_);  // threads added to stuck workers
-  std::atomic<uint64_t> workers_added_{0};
+  // Threads added to stuck workers, each with a flag it sets when it retires; the monitor joins
+  // those that have, Run() the rest.
+  struct Helper {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Helper> helpers_ GUARDED_BY(monitor_mu_);
+  std::atomic<uint64_t> workers_added_{0}, slow_tasks_{0};
   std::vector<std::unique_ptr<Home>> homes_;  // the I/O workers: runtime.num_threads
   asio::io_context& ioc_;  // homes_[0]: the acceptors, signals, the reaper and stop
-  size_t next_ = 0;        // round robin over homes_ (only the acceptor coroutines, on ioc_)
+  std::atomic<size_t> next_{0};  // round robin over homes_
   std::atomic<uint64_t> next_conn_id_{1};
   asio::local::stream_protocol::acceptor unix_acceptor_;
   asio::ip::tcp::acceptor tcp_acceptor_;

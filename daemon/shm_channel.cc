@@ -1,5 +1,6 @@
 #include "daemon/shm_channel.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -20,11 +21,15 @@ Result<ShmSegment> ShmSegment::Create(uint32_t capacity) {
     return InvalidArgument("shared-memory channel of " + std::to_string(capacity) + " bytes (must be " +
                            std::to_string(kMinShmChannelBytes) + ".." + std::to_string(kMaxShmChannelBytes) + ")");
   ShmSegment s;
-  s.fd_ = ::memfd_create("clio-channel", MFD_CLOEXEC);
+  s.fd_ = ::memfd_create("clio-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (s.fd_ < 0) return Status::FromErrno(errno, "memfd_create for a shared-memory channel");
   s.size_ = kShmDataOffset + capacity;
   if (::ftruncate(s.fd_, static_cast<off_t>(s.size_)) != 0)
     return Status::FromErrno(errno, "sizing a shared-memory channel");
+  // Sealed at its size: a client that shrank the file would make the runtime's next access of
+  // the mapping a SIGBUS.
+  if (::fcntl(s.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return Status::FromErrno(errno, "sealing a shared-memory channel");
   void* p = ::mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd_, 0);
   if (p == MAP_FAILED) return Status::FromErrno(errno, "mapping a shared-memory channel");
   s.base_ = p;

@@ -2,7 +2,8 @@
 // client connection, holding one request or one response at a time, with a futex word for the
 // runtime's answer and an eventfd for the client's call. The runtime makes the segment (a
 // memfd: it has no name, so nothing is left in /dev/shm by a crash, and only the two processes
-// can map it) and hands its fd and the eventfd to the client over the Unix socket the channel
+// can map it; sealed at its size, so a client cannot shrink it under the runtime's mapping and
+// turn an access into SIGBUS) and hands its fd and the eventfd to the client over the Unix socket the channel
 // belongs to (SCM_RIGHTS). That socket stays open: the runtime learns that the client is gone
 // when it closes, and the client that the runtime is gone when it hangs up.
 //

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "daemon/runtime.h"
@@ -18,8 +20,19 @@ class ServingThread {
   void Start(Runtime* rt) {
     rt_ = rt;
     ready_ = false;
-    thread_ = std::thread([this] { (void)rt_->Serve([this] { ready_ = true; }); });
-    while (!ready_) std::this_thread::yield();
+    failed_ = false;
+    thread_ = std::thread([this] {
+      Status s = rt_->Serve([this] { ready_ = true; });
+      if (!s.ok() && !ready_) {
+        failure_ = s.ToString();
+        failed_ = true;
+      }
+    });
+    while (!ready_ && !failed_) std::this_thread::yield();
+    if (failed_) {
+      thread_.join();
+      throw std::runtime_error("the runtime did not start serving: " + failure_);
+    }
   }
   void Stop() {
     if (!thread_.joinable()) return;
@@ -30,7 +43,8 @@ class ServingThread {
 
  private:
   Runtime* rt_ = nullptr;
-  std::atomic<bool> ready_{false};
+  std::atomic<bool> ready_{false}, failed_{false};
+  std::string failure_;  // written before failed_ is set
   std::thread thread_;
 };
 

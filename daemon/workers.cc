@@ -19,6 +19,7 @@ double CostModel::Predicted(uint32_t pool, uint32_t method) {
 
 void CostModel::Observe(uint32_t pool, uint32_t method, double us) {
   MutexLock l(&mu_);
+  if (ewma_us_.size() >= kMaxEntries && !ewma_us_.count(Key(pool, method))) return;
   auto [it, fresh] = ewma_us_.try_emplace(Key(pool, method), us);
   // Recent runs weigh most: a method that turns cheap (a cache warmed) comes back inline.
   if (!fresh) it->second = 0.75 * it->second + 0.25 * us;
@@ -38,8 +39,12 @@ TaskClass::~TaskClass() { Stop(); }
 
 void TaskClass::Submit(std::function<void()> task) {
   MutexLock l(&mu_);
+  for (auto& t : retired_) t.join();  // they hold no lock any more: only returning
+  retired_.clear();
   queue_.push_back(std::move(task));
-  if (idle_ == 0 && threads_.load() < max_ && !stopping_) {
+  // Saturated: more tasks waiting than threads waiting for them (a waiter already notified by
+  // an earlier Submit still counts as idle until it wakes).
+  if (queue_.size() > idle_ && threads_.load() < max_ && !stopping_) {
     ++threads_;
     ++started_;
     all_.emplace_back([this] { Loop(); });
@@ -54,6 +59,8 @@ void TaskClass::Stop() {
     stopping_ = true;
     cv_.NotifyAll();
     join.swap(all_);
+    for (auto& t : retired_) join.push_back(std::move(t));
+    retired_.clear();
   }
   for (auto& t : join)
     if (t.joinable()) t.join();
@@ -77,7 +84,19 @@ void TaskClass::Loop() {
     while (queue_.empty() && !stopping_ && std::chrono::steady_clock::now() < deadline)
       cv_.WaitFor(&mu_, deadline - std::chrono::steady_clock::now());
     --idle_;
-    if (queue_.empty() && !stopping_ && threads_.load() > min_) break;  // idle extra thread: retire
+    if (queue_.empty() && !stopping_ && threads_.load() > min_) {
+      // An idle extra thread retires: its std::thread moves to retired_, where the next
+      // Submit (or Stop) joins it.
+      --threads_;
+      const auto me = std::this_thread::get_id();
+      for (auto it = all_.begin(); it != all_.end(); ++it) {
+        if (it->get_id() != me) continue;
+        retired_.push_back(std::move(*it));
+        all_.erase(it);
+        break;
+      }
+      return;
+    }
   }
   --threads_;
 }

@@ -25,12 +25,16 @@ class CostModel {
   explicit CostModel(uint64_t slow_us) : slow_us_(slow_us) {}
   // Whether the task is predicted to take slow_us or more (never, before it was seen once).
   bool Slow(uint32_t pool, uint32_t method);
+  // Only requests that ran: the caller leaves out NotFound/NotSupported answers.
   void Observe(uint32_t pool, uint32_t method, double us);
   double Predicted(uint32_t pool, uint32_t method);
 
  private:
   static uint64_t Key(uint32_t pool, uint32_t method) { return (uint64_t{pool} << 32) | method; }
   const uint64_t slow_us_;
+  // At most this many (pool, method) pairs are learned: clients choose them, and the table
+  // must not grow at their will. Pairs past it are never predicted slow.
+  static constexpr size_t kMaxEntries = 4096;
   Mutex mu_;
   std::unordered_map<uint64_t, double> ewma_us_ GUARDED_BY(mu_);
 };
@@ -56,9 +60,10 @@ class TaskClass {
   Mutex mu_;
   CondVar cv_;
   std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
-  uint32_t idle_ GUARDED_BY(mu_) = 0;
+  uint32_t idle_ GUARDED_BY(mu_) = 0;  // threads waiting for a task
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> all_ GUARDED_BY(mu_);  // retired ones too, joined at Stop
+  std::vector<std::thread> all_ GUARDED_BY(mu_);
+  std::vector<std::thread> retired_ GUARDED_BY(mu_);  // ended threads, joined by the next Submit
   std::atomic<uint32_t> threads_{0};
   std::atomic<uint64_t> tasks_run_{0}, started_{0};
 };

@@ -81,7 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Small inputs: most frames should get past the magic and version checks.
     if (h.magic == 0) h.magic = clio::kIpcMagic;
     if (h.version == 0) h.version = clio::kIpcVersion;
-    h.payload_len = static_cast<uint32_t>(std::min<size_t>(h.payload_len % 4096, in.size()));
+    // Up to twice the channel: some requests must not fit it.
+    h.payload_len = static_cast<uint32_t>(std::min<size_t>(h.payload_len % (2 * clio::kMinShmChannelBytes), in.size()));
     const std::string payload(in.substr(0, h.payload_len));
     in.remove_prefix(h.payload_len);
 
@@ -98,6 +99,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;  // the server closes the connection
     }
     if (from_channel.ok() && taken != payload) std::abort();
+    if (h.payload_len > w.channel.capacity() && from_channel.ok()) std::abort();  // past the channel
+    if (h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kHello)) (void)clio::DecodeHello(payload);
+    if (h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kOpenChannel))
+      (void)clio::DecodeOpenChannel(payload);
     if (!Allowed(h)) continue;
     auto r = w.rt->Dispatch(h.pool, h.method, payload);
     if (r.ok() && h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kListPools)) {

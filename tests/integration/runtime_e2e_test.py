@@ -124,8 +124,10 @@ def scenario_transports(env):
             try:
                 _write(path, os.urandom(64 * KiB), fsync=False)
                 outcomes["ok"] += 1
-            except OSError:
+            except OSError as e:
                 outcomes["error"] += 1
+                if e.errno not in (errno.ENOTCONN, errno.EIO):
+                    errors.append(f"write {path}: {e}")
 
     threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
     for t in threads:
@@ -133,7 +135,8 @@ def scenario_transports(env):
     try:
         env.stop_runtime()
         env.start_runtime()
-        e2e.wait_until(lambda: outcomes["ok"] > 20, "operations to go on after a clean restart")
+        before = outcomes["ok"]
+        e2e.wait_until(lambda: outcomes["ok"] > before + 20, "operations to go on after a clean restart")
         env.kill9_runtime()
         env.start_runtime()
         before = outcomes["ok"]

@@ -1,0 +1,12 @@
+// Processes, by pid.
+#pragma once
+
+#include <sys/types.h>
+
+namespace clio {
+
+// Whether the process has exited: gone, or a zombie its parent has not reaped yet (init reaps
+// a daemon's; some inits only every few tens of seconds).
+bool ProcessExited(pid_t pid);
+
+}  // namespace clio
