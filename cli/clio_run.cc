@@ -160,7 +160,7 @@ int Stop(const RuntimeConfig& cfg) {
   const std::string d_bytes = ping.ok() ? *ping : std::string();
   Decoder d(d_bytes);
   d.Get(&pid);
-  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStop), none.buffer(), false);
+  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStop), none.buffer(), RuntimeClient::Resend::kNever);
   if (!r.ok()) {
     std::fprintf(stderr, "clio_run: stop failed: %s\n", r.status().ToString().c_str());
     return 1;

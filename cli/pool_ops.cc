@@ -32,7 +32,7 @@ int SendDocument(const CommandContext& ctx, const char* what, AdminMethod method
   Encoder e;
   e.PutBytes(source).PutBytes(yaml);
   // Not resent after a broken connection: a second create would find the first one's pools.
-  auto r = (*c)->Call(0, static_cast<uint32_t>(method), e.buffer(), /*idempotent=*/false);
+  auto r = (*c)->Call(0, static_cast<uint32_t>(method), e.buffer(), RuntimeClient::Resend::kNever);
   if (!r.ok()) return Fail(what, r.status());
   auto pools = DecodePoolList(*r);
   if (!pools.ok()) return Fail(what, pools.status().WithContext("bad reply from the runtime"));
@@ -120,7 +120,7 @@ int PoolDestroy(const CommandContext& ctx, const std::string& name) {
   if (!c.ok()) return Fail("pool destroy", c.status());
   Encoder e;
   e.PutBytes(name);
-  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), e.buffer(), /*idempotent=*/false);
+  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), e.buffer(), RuntimeClient::Resend::kNever);
   if (!r.ok()) return Fail("pool destroy", r.status());
   if (ctx.json)
     std::printf("%s\n", nlohmann::json{{"destroyed", name}}.dump().c_str());

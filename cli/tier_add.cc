@@ -52,7 +52,7 @@ int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args) {
   }
   // Not resent after a broken connection: a second add would find the first one's tier.
   auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kAddTier), EncodeTierSpec(keys),
-                           /*idempotent=*/false);
+                           RuntimeClient::Resend::kNever);
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: tier add %s: %s\n", args.front().c_str(), r.status().ToString().c_str());
     return r.status().code() == Code::kConfigError ? 2 : 1;

@@ -23,7 +23,7 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
   Encoder e;
   e.Put<uint64_t>(t->tier_id);
   auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kRemoveTier), e.buffer(),
-                           /*idempotent=*/false);
+                           RuntimeClient::Resend::kNever);
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: tier rm %s: %s\n", name.c_str(), r.status().ToString().c_str());
     return 1;

@@ -34,7 +34,7 @@ add_custom_command(OUTPUT ${CLIO_PKG_GEN}/changelog.Debian.gz
 list(APPEND CLIO_PKG_GZ ${CLIO_PKG_GEN}/changelog.Debian.gz)
 add_custom_target(clio_package_files ALL DEPENDS ${CLIO_PKG_GZ})
 install(FILES ${CLIO_PKG_GEN}/changelog.Debian.gz packaging/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT package)
-install(FILES README.md docs/safe-bdev.md docs/object-tiers.md docs/metrics.md docs/ipc.md docs/write-a-module.md
+install(FILES README.md docs/safe-bdev.md docs/object-tiers.md docs/metrics.md docs/ipc.md docs/write-a-module.md docs/http-api.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT package)
 # runtime.module_dir, root's (the package installs as root), with the example module in it.
 install(TARGETS clio_stats LIBRARY DESTINATION lib/clio/modules COMPONENT package)

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <map>
+#include <vector>
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -37,22 +38,40 @@ struct Page {
 };
 using Pages = std::map<std::string, Page>;  // by path; fixed once the server starts
 
+struct ActionRoute {
+  std::string method, prefix;
+  HttpServer::Action action;
+};
+struct Routes {
+  Pages pages;
+  std::vector<ActionRoute> actions;  // fixed once the server starts
+  std::string token;
+};
+
+constexpr size_t kMaxActionBody = 64u << 20;
+
+// Constant time in the longer of the two.
+bool SameToken(const std::string& given, const std::string& token) {
+  const size_t n = std::max(given.size(), token.size());
+  unsigned char diff = given.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i)
+    diff |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ (i < token.size() ? token[i] : 0));
+  return diff == 0;
+}
+
 class Handler : public Poco::Net::HTTPRequestHandler {
  public:
-  explicit Handler(const Pages* pages) : pages_(pages) {}
+  explicit Handler(const Routes* routes) : routes_(routes), pages_(&routes->pages) {}
   void handleRequest(HTTPServerRequest& req, HTTPServerResponse& resp) override {
     const std::string& uri = req.getURI();
     const std::string path = uri.substr(0, uri.find('?'));
+    if (req.getMethod() != "GET" && req.getMethod() != "HEAD") return HandleAction(req, resp, path);
     auto it = pages_->find(path);
     if (it == pages_->end()) {
       std::string served;
       for (const auto& [p, _] : *pages_) served += (served.empty() ? "" : ", ") + p;
       return Reply(resp, HTTPResponse::HTTP_NOT_FOUND, "text/plain",
                    "no such page: " + path + " (this runtime serves " + served + ")\n");
-    }
-    if (req.getMethod() != "GET" && req.getMethod() != "HEAD") {
-      resp.set("Allow", "GET, HEAD");
-      return Reply(resp, HTTPResponse::HTTP_METHOD_NOT_ALLOWED, "text/plain", path + " answers GET only\n");
     }
     std::string body;
     try {
@@ -66,24 +85,71 @@ class Handler : public Poco::Net::HTTPRequestHandler {
   }
 
  private:
+  void HandleAction(HTTPServerRequest& req, HTTPServerResponse& resp, const std::string& path) {
+    const ActionRoute* route = nullptr;
+    for (const ActionRoute& a : routes_->actions)
+      if (a.method == req.getMethod() && path.compare(0, a.prefix.size(), a.prefix) == 0 &&
+          (!route || a.prefix.size() > route->prefix.size()))
+        route = &a;
+    if (!route) {
+      if (pages_->count(path)) {
+        resp.set("Allow", "GET, HEAD");
+        return Reply(resp, HTTPResponse::HTTP_METHOD_NOT_ALLOWED, "text/plain", path + " answers GET only\n");
+      }
+      return Reply(resp, HTTPResponse::HTTP_NOT_FOUND, "text/plain", req.getMethod() + " " + path + ": no such action\n");
+    }
+    if (routes_->token.empty())
+      return Reply(resp, HTTPResponse::HTTP_SERVICE_UNAVAILABLE, "text/plain", "no token is set: actions are off\n");
+    const std::string auth = req.get("Authorization", "");
+    if (auth.rfind("Bearer ", 0) != 0) {
+      resp.set("WWW-Authenticate", "Bearer");
+      return Reply(resp, HTTPResponse::HTTP_UNAUTHORIZED, "text/plain",
+                   "send Authorization: Bearer <the token of runtime.token_file>\n");
+    }
+    if (!SameToken(auth.substr(7), routes_->token)) {
+      CLIO_LOG_WARN("HTTP {} {}: wrong token", req.getMethod(), path);
+      return Reply(resp, HTTPResponse::HTTP_FORBIDDEN, "text/plain", "wrong token\n");
+    }
+    std::string body;
+    if (req.hasContentLength() && static_cast<size_t>(req.getContentLength64()) > kMaxActionBody)
+      return Reply(resp, HTTPResponse::HTTP_REQUEST_ENTITY_TOO_LARGE, "text/plain", "body over 64 MiB\n");
+    std::istream& in = req.stream();
+    char buf[65536];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+      body.append(buf, static_cast<size_t>(in.gcount()));
+      if (body.size() > kMaxActionBody)
+        return Reply(resp, HTTPResponse::HTTP_REQUEST_ENTITY_TOO_LARGE, "text/plain", "body over 64 MiB\n");
+    }
+    HttpServer::Answer a;
+    try {
+      a = route->action(path.substr(route->prefix.size()), body);
+    } catch (const std::exception& e) {  // an action's bug must not take the server thread down
+      CLIO_LOG_ERROR("HTTP {} {}: {}", req.getMethod(), path, e.what());
+      return Reply(resp, HTTPResponse::HTTP_INTERNAL_SERVER_ERROR, "text/plain", std::string(e.what()) + "\n");
+    }
+    Reply(resp, static_cast<HTTPResponse::HTTPStatus>(a.status), a.content_type, a.json);
+    if (a.after) a.after();
+  }
+
+  const Routes* const routes_;
   const Pages* const pages_;
 };
 
 class Factory : public Poco::Net::HTTPRequestHandlerFactory {
  public:
-  explicit Factory(const Pages* pages) : pages_(pages) {}
+  explicit Factory(const Routes* routes) : routes_(routes) {}
   Poco::Net::HTTPRequestHandler* createRequestHandler(const HTTPServerRequest&) override {
-    return new Handler(pages_);
+    return new Handler(routes_);
   }
 
  private:
-  const Pages* const pages_;
+  const Routes* const routes_;
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
-  Pages pages{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}};
+  Routes routes{{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}}, {}, {}};
   Poco::ThreadPool threads{1, 4};
   std::unique_ptr<Poco::Net::HTTPServer> server;
   uint32_t port = 0;
@@ -93,8 +159,14 @@ HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Route(const std::string& path, std::string content_type, std::function<std::string()> page) {
-  impl_->pages[path] = Page{std::move(content_type), std::move(page)};
+  impl_->routes.pages[path] = Page{std::move(content_type), std::move(page)};
 }
+
+void HttpServer::RouteAction(const std::string& method, const std::string& prefix, Action action) {
+  impl_->routes.actions.push_back({method, prefix, std::move(action)});
+}
+
+void HttpServer::SetToken(std::string token) { impl_->routes.token = std::move(token); }
 
 Status HttpServer::Start(const std::string& address, uint32_t port) {
   const std::string where = address + ":" + std::to_string(port);
@@ -108,7 +180,7 @@ Status HttpServer::Start(const std::string& address, uint32_t port) {
     params->setMaxThreads(4);
     params->setMaxQueued(64);
     params->setKeepAlive(true);
-    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(&impl_->pages), impl_->threads, socket, params);
+    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(&impl_->routes), impl_->threads, socket, params);
     impl_->server->start();
     impl_->port = socket.address().port();
   } catch (const Poco::Net::InvalidAddressException& e) {

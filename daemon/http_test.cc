@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 #include <string>
 #include <thread>
 
@@ -171,5 +174,97 @@ TEST_CASE("the runtime serves /metrics on runtime.http_port, with its own series
   // The port is free again after the runtime stopped.
   HttpServer again;
   CHECK(again.Start("127.0.0.1", port).ok());
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+class EchoPool : public Pool {
+ public:
+  Result<std::string> Handle(uint32_t, std::string_view payload) override { return std::string(payload); }
+};
+
+// One HTTP action: `method path` with the token (or `auth` as the whole Authorization value;
+// "" for none) and a body. Returns (status code, body).
+std::pair<int, std::string> Act(uint32_t port, const std::string& method, const std::string& path,
+                                const std::string& auth, const std::string& body = "") {
+  std::string req = method + " " + path + " HTTP/1.0\r\nHost: localhost\r\n";
+  if (!auth.empty()) req += "Authorization: " + auth + "\r\n";
+  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string r = Fetch(port, req);
+  const size_t sp = r.find(' ');
+  REQUIRE(sp != std::string::npos);
+  const size_t head = r.find("\r\n\r\n");
+  return {std::atoi(r.c_str() + sp + 1), head == std::string::npos ? "" : r.substr(head + 4)};
+}
+
+}  // namespace
+
+TEST_CASE("HTTP actions need the token; with it they make, call and destroy pools and stop the runtime") {
+  char tmpl[] = "/tmp/clio_http_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const uint32_t port = FreePort();
+  auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: " + std::to_string(port) +
+                                    "\ncompose:\n  - mod_name: echo\n    pool_name: base\n    pool_id: \"7.0\"\n",
+                                "t");
+  REQUIRE(cfg.ok());
+  Runtime rt(std::move(cfg).value());
+  rt.RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
+    return std::unique_ptr<Pool>(new EchoPool);
+  });
+  REQUIRE(rt.Compose().ok());
+  testing::ServingThread serve(&rt);
+  std::string token;
+  {
+    std::ifstream in(rt.config().token_file);
+    std::getline(in, token);
+  }
+  REQUIRE(token.size() == 64);
+  const std::string bearer = "Bearer " + token;
+  const std::string doc = "compose:\n  - mod_name: echo\n    pool_name: made\n    pool_id: \"1000.0\"\n";
+
+  auto [code, body] = Act(port, "POST", "/api/v1/pools", "", doc);
+  CHECK(code == 401);
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools", "Bearer wrong-token", doc);
+  CHECK(code == 403);
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools", "Basic " + token, doc);
+  CHECK(code == 401);
+  CHECK(rt.FindByName("made") == nullptr);  // nothing happened
+
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools", bearer, doc);
+  REQUIRE(code == 201);
+  CHECK(nlohmann::json::parse(body)[0]["name"] == "made");
+  CHECK(rt.FindByName("made") != nullptr);
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools", bearer, doc);
+  CHECK(code == 409);  // AlreadyExists, said as JSON
+  CHECK(nlohmann::json::parse(body)["error"] == "AlreadyExists");
+
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools/made/call/1", bearer, std::string("a\0b", 3));
+  CHECK(code == 200);
+  CHECK(body == std::string("a\0b", 3));
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools/1000.0/call/3", bearer, "by id");
+  CHECK(code == 200);
+  CHECK(body == "by id");
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools/nope/call/1", bearer, "x");
+  CHECK(code == 404);
+  std::tie(code, body) = Act(port, "POST", "/api/v1/pools/made/call/x1", bearer, "x");
+  CHECK(code == 400);
+
+  std::tie(code, body) = Act(port, "DELETE", "/api/v1/pools/base", bearer);
+  CHECK(code == 403);  // a pool of the config
+  std::tie(code, body) = Act(port, "DELETE", "/api/v1/pools/made", bearer);
+  CHECK(code == 200);
+  CHECK(rt.FindByName("made") == nullptr);
+  std::tie(code, body) = Act(port, "DELETE", "/api/v1/pools/made", bearer);
+  CHECK(code == 404);
+  std::tie(code, body) = Act(port, "PUT", "/api/v1/nothing", bearer);
+  CHECK(code == 404);
+  // The pages stay open to read.
+  CHECK(Get(port, "/api/v1/status").rfind("HTTP/1.0 200 OK", 0) == 0);
+
+  std::tie(code, body) = Act(port, "POST", "/api/v1/stop", bearer);
+  CHECK(code == 202);
+  serve.Stop();  // returns: the runtime had stopped serving
+  (void)rt.StopPools();
   std::filesystem::remove_all(dir);
 }

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -241,7 +242,16 @@ RuntimeClient::Options RuntimeClient::OptionsFor(const RuntimeConfig& config) {
   return o;
 }
 
-RuntimeClient::RuntimeClient(Options o) : options_(std::move(o)) {}
+namespace {
+uint32_t RandomClientId() {
+  uint32_t id = 0;
+  while (id == 0)
+    if (::getrandom(&id, sizeof id, 0) != sizeof id) id = static_cast<uint32_t>(::getpid()) ^ 0x9e3779b9u;
+  return id;
+}
+}  // namespace
+
+RuntimeClient::RuntimeClient(Options o) : options_(std::move(o)), client_id_(RandomClientId()) {}
 
 IpcMode RuntimeClient::mode() const { return static_cast<IpcMode>(used_.load()); }
 
@@ -353,15 +363,19 @@ void RuntimeClient::ReturnConnection(std::unique_ptr<Conn> c) {
   idle_.push_back(std::move(c));
 }
 
-Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload) {
+Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload,
+                                          uint64_t request_id, uint16_t flags) {
   RequestHeader h;
   h.pool = pool;
   h.method = method;
   h.payload_len = static_cast<uint32_t>(payload.size());
-  {
+  h.client = client_id_;
+  h.flags = flags;
+  if (request_id == 0) {
     MutexLock l(&mu_);
-    h.request_id = next_id_++;
+    request_id = next_id_++;
   }
+  h.request_id = request_id;
   if (payload.size() > kMaxPayload) return InvalidArgument("request too large");
   ResponseHeader r;
   bool body_on_socket = true;
@@ -407,17 +421,31 @@ Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t metho
 }
 
 Result<std::string> RuntimeClient::Call(uint32_t pool, uint32_t method, std::string_view payload,
-                                        bool idempotent) {
+                                        Resend resend, const PoolQuery& query) {
+  std::string with_query;
+  uint16_t flags = 0;
+  if (query.kind != PoolQuery::Kind::kLocal) {
+    with_query = EncodePoolQuery(query);
+    with_query.append(payload);
+    payload = with_query;
+    flags |= kRequestHasQuery;
+  }
+  uint64_t id = 0;
+  {
+    MutexLock l(&mu_);
+    id = next_id_++;
+  }
   for (int attempt = 0;; ++attempt) {
     CLIO_ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, TakeConnection());
-    auto r = CallOn(*c, pool, method, payload);
+    auto r = CallOn(*c, pool, method, payload, id, static_cast<uint16_t>(flags | (attempt > 0 ? kRequestResent : 0)));
     if (r.ok() || (r.status().code() != Code::kUnavailable && r.status().code() != Code::kCorruption)) {
       ReturnConnection(std::move(c));
       return r;
     }
     c.reset();  // broken connection: never reuse it
-    // A pooled connection may have died with an earlier runtime; retry on a fresh one.
-    if (attempt >= 1 || !idempotent) return r;
+    // The runtime went away mid-call (a restart): once more on a fresh connection, when that
+    // is safe. TakeConnection waits for the runtime to come back (connect_wait_ms).
+    if (attempt >= 1 || resend == Resend::kNever) return r;
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "daemon/pool_query.h"
 
 namespace clio {
 
@@ -29,14 +30,20 @@ inline constexpr uint32_t kMaxPayload = 64u << 20;
 struct RequestHeader {
   uint32_t magic = kIpcMagic;
   uint16_t version = kIpcVersion;
-  uint16_t flags = 0;
+  uint16_t flags = 0;   // kRequestResent
   uint32_t pool = 0;    // pool major id; 0 = the runtime's admin pool
   uint32_t method = 0;
-  uint64_t request_id = 0;
+  uint64_t request_id = 0;  // unique per client
   uint32_t payload_len = 0;
-  uint32_t reserved = 0;
+  uint32_t client = 0;  // the client's id (RequestContext); 0: none
 };
 static_assert(sizeof(RequestHeader) == 32);
+// The request was sent before on a connection that broke: a pool that records requests with
+// their effects (the filesystem's mutating methods) answers it from the record if it ran.
+inline constexpr uint16_t kRequestResent = 1;
+// The payload starts with a pool query (daemon/pool_query.h: 17 bytes); without the flag the
+// query is local.
+inline constexpr uint16_t kRequestHasQuery = 2;
 
 struct ResponseHeader {
   uint32_t magic = kIpcMagic;
@@ -148,11 +155,20 @@ class RuntimeClient {
   static Result<std::unique_ptr<RuntimeClient>> Connect(const Options& options);
   ~RuntimeClient();
 
+  // What may happen to a request whose connection broke before its answer came.
+  enum class Resend : uint8_t {
+    kNever,   // not safe to run twice: the call fails (Unavailable)
+    kFreely,  // idempotent: sent again once, on a new connection
+    kMarked,  // sent again once with the same id and kRequestResent: the pool answers a
+              // request it already ran from the record it kept with the request's effect
+  };
   // Sends one request and waits for its response. Unavailable when the runtime cannot be
-  // reached or the connection broke; the error the runtime returned otherwise. When
-  // `idempotent`, a request whose connection broke is resent once on a new connection.
+  // reached or the connection broke (and `resend` did not save it); the error the runtime
+  // returned otherwise.
   Result<std::string> Call(uint32_t pool, uint32_t method, std::string_view payload,
-                           bool idempotent = true);
+                           Resend resend = Resend::kFreely, const PoolQuery& query = {});
+  // This client's id (RequestContext::client): random, never 0.
+  uint32_t client_id() const { return client_id_; }
 
   const std::string& socket_path() const { return options_.socket_path; }
   // The transport the connections use (never kAuto once connected).
@@ -167,9 +183,11 @@ class RuntimeClient {
   // *refused says whether the runtime answered it cleanly (the socket is still usable).
   Status OpenChannel(Conn& c, bool* refused);
   void ReturnConnection(std::unique_ptr<Conn> c);
-  Result<std::string> CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload);
+  Result<std::string> CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload,
+                             uint64_t request_id = 0, uint16_t flags = 0);
 
   const Options options_;
+  const uint32_t client_id_;
   IpcMode wanted_ = IpcMode::kAuto;  // from options_.mode or the environment
   std::string token_;                // TCP only: read once at Connect
   Mutex mu_;

@@ -25,6 +25,13 @@ class Pool {
   virtual Status Stop() { return Status::Ok(); }
   // One line for `clio_run status`.
   virtual std::string Describe() const { return {}; }
+  // A task sent with a dynamic pool query (daemon/pool_query.h): the container that runs it.
+  // By default this node's (container 0 on a single node).
+  virtual uint32_t DynamicContainer(uint32_t method, std::string_view payload) const {
+    (void)method;
+    (void)payload;
+    return 0;
+  }
   // The pool's state as one JSON object, for the HTTP API (/api/v1/status) and the dashboard.
   // Called on HTTP threads while requests are served: it must be thread-safe.
   virtual std::string MonitorJson() const { return "{}"; }
@@ -45,6 +52,30 @@ class Pool {
 };
 
 class PoolRegistry;
+
+// The client request a handler runs for, set by the server around Pool::Handle on the
+// handler's thread: the client's id (random, chosen by the client, the same for all its
+// connections and across runtime restarts), the request's id, and whether this is a resend
+// after a broken connection (RuntimeClient::Resend::kMarked). client 0: an in-process caller,
+// or a request outside the server.
+struct RequestContext {
+  uint32_t client = 0;
+  uint64_t request_id = 0;
+  bool resent = false;
+};
+inline thread_local RequestContext t_current_request;
+inline const RequestContext& CurrentRequest() { return t_current_request; }
+// Sets the current request for a scope; restores the previous one after.
+class ScopedRequest {
+ public:
+  explicit ScopedRequest(RequestContext r) : saved_(t_current_request) { t_current_request = r; }
+  ~ScopedRequest() { t_current_request = saved_; }
+  ScopedRequest(const ScopedRequest&) = delete;
+  ScopedRequest& operator=(const ScopedRequest&) = delete;
+
+ private:
+  RequestContext saved_;
+};
 
 // Creates a pool from its compose entry. `file` is the config file, for error messages.
 // Earlier pools are reachable through `registry` (a pool may only name pools composed before

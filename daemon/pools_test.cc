@@ -150,7 +150,7 @@ TEST_CASE("a pool created at run time serves requests until it is destroyed") {
   auto c = n.Client();
   Encoder req;
   req.PutBytes("compose.yaml").PutBytes(Document(Entry("extra", "1000.0", "    label: second\n")));
-  auto made = c->Call(0, static_cast<uint32_t>(AdminMethod::kCreatePools), req.buffer(), false);
+  auto made = c->Call(0, static_cast<uint32_t>(AdminMethod::kCreatePools), req.buffer(), RuntimeClient::Resend::kNever);
   REQUIRE(made.ok());
   auto info = DecodePoolList(*made);
   REQUIRE(info.ok());
@@ -165,14 +165,14 @@ TEST_CASE("a pool created at run time serves requests until it is destroyed") {
 
   Encoder gone;
   gone.PutBytes("extra");
-  REQUIRE(c->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), gone.buffer(), false).ok());
+  REQUIRE(c->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), gone.buffer(), RuntimeClient::Resend::kNever).ok());
   CHECK(c->Call(1000, 1, "hi").status().code() == Code::kNotFound);
   CHECK(n.journal.stopped == std::vector<std::string>{"extra"});
   CHECK(n.Names() == std::vector<std::string>{"base"});
-  CHECK(c->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), gone.buffer(), false).status().code() ==
+  CHECK(c->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), gone.buffer(), RuntimeClient::Resend::kNever).status().code() ==
         Code::kNotFound);
   // A truncated request is refused, never half applied.
-  CHECK(c->Call(0, static_cast<uint32_t>(AdminMethod::kCreatePools), req.buffer().substr(0, 9), false)
+  CHECK(c->Call(0, static_cast<uint32_t>(AdminMethod::kCreatePools), req.buffer().substr(0, 9), RuntimeClient::Resend::kNever)
             .status()
             .code() == Code::kCorruption);
   CHECK(n.Names() == std::vector<std::string>{"base"});

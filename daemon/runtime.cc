@@ -375,9 +375,10 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
   so.slow_task_us = config_.slow_task_us;
   so.stuck_task_ms = config_.stuck_task_ms;
   CLIO_ASSIGN_OR_RETURN(so.token, EnsureToken(config_.token_file));
-  server_ = std::make_unique<Server>(so, [this](uint32_t pool, uint32_t method, std::string_view payload) {
-    return Dispatch(pool, method, payload);
-  });
+  server_ = std::make_unique<Server>(
+      so, [this](uint32_t pool, uint32_t method, std::string_view payload, const PoolQuery& query) {
+        return Dispatch(pool, method, payload, query);
+      });
   CLIO_RETURN_IF_ERROR(server_->Listen());
   CLIO_LOG_INFO("serving on {}", config_.socket_path);
   // HTTP is for operators, not the data path: a port that cannot be bound is logged, and the
@@ -387,6 +388,7 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
     http_ = std::make_unique<HttpServer>();
     http_->Route("/api/v1/status", "application/json", [this] { return StatusJson(); });
     http_->Route("/", "text/html; charset=utf-8", [] { return std::string(kDashboardHtml); });
+    RouteHttpActions(*http_, so.token);
     Status h = http_->Start(config_.http_address, config_.http_port);
     if (h.ok()) {
       const std::string base = "http://" + config_.http_address + ":" + std::to_string(http_->port());
@@ -578,8 +580,15 @@ Pool* Runtime::FindById(uint32_t id) {
   return s ? s->pool.get() : nullptr;
 }
 
-Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::string_view payload) {
-  if (pool == 0) return HandleAdmin(method, payload);
+Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::string_view payload,
+                                      const PoolQuery& query) {
+  if (pool == 0) {
+    if (query.kind != PoolQuery::Kind::kLocal && query.kind != PoolQuery::Kind::kBroadcast &&
+        !(query.kind == PoolQuery::Kind::kPhysical && query.a == config_.node_id))
+      return InvalidArgument("the admin pool answers on the node asked; query " +
+                             std::string(PoolQueryName(query.kind)) + " names no node of this runtime");
+    return HandleAdmin(method, payload);
+  }
   std::shared_ptr<PoolSlot> slot;
   {
     ReaderLock r(&mu_);
@@ -588,12 +597,32 @@ Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::strin
     if (slot) ++slot->inflight;  // under mu_: a destroy that took the slot out waits for it
   }
   if (!slot) return NotFound("no pool with id " + std::to_string(pool));
-  Result<std::string> r = slot->pool->Handle(method, payload);
+  Status routed = RouteHere(*slot->pool, method, payload, query);
+  Result<std::string> r = routed.ok() ? slot->pool->Handle(method, payload) : Result<std::string>(routed);
   if (--slot->inflight == 0 && slot->retiring) {
     MutexLock i(&idle_mu_);
     idle_cv_.NotifyAll();
   }
   return r;
+}
+
+Status Runtime::RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const {
+  if (query.kind == PoolQuery::Kind::kLocal) return Status::Ok();
+  // One node: the pool has one container, this node's (index 0). A physical query names a node
+  // by its id (runtime.node_id).
+  PoolQuery q = query;
+  if (q.kind == PoolQuery::Kind::kPhysical) {
+    if (q.a != config_.node_id)
+      return Status(Code::kNotSupported, "node " + std::to_string(q.a) + " is not this runtime's (node " +
+                                             std::to_string(config_.node_id) + "); this runtime has no cluster yet");
+    q.a = 0;
+  }
+  const uint32_t dynamic = q.kind == PoolQuery::Kind::kDynamic ? pool.DynamicContainer(method, payload) : 0;
+  auto where = ResolvePoolQuery(q, /*containers=*/1, /*here=*/0, dynamic);
+  if (!where.ok()) return where.status().WithContext("pool '" + pool.name() + "', query " + std::string(PoolQueryName(q.kind)));
+  for (uint32_t c : *where)
+    if (c != 0) return Status(Code::kNotSupported, "container " + std::to_string(c) + " is not on this node");
+  return Status::Ok();
 }
 
 Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view payload) {

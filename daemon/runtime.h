@@ -14,6 +14,7 @@
 #include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "daemon/pool.h"
+#include "daemon/pool_query.h"
 
 namespace clio {
 
@@ -57,8 +58,12 @@ class Runtime : public PoolRegistry {
   // Stops pools, users before the pools they use (else newest first); returns the first error.
   Status StopPools();
 
-  // Dispatches one request (called by the server on worker threads).
-  Result<std::string> Dispatch(uint32_t pool, uint32_t method, std::string_view payload);
+  // Dispatches one request (called by the server on worker threads). A query (daemon/
+  // pool_query.h) other than local is resolved first: on this single node it runs the task
+  // when it names this node's container, and is NotSupported (naming the container or node)
+  // when it names another, InvalidArgument when it names none of the pool's.
+  Result<std::string> Dispatch(uint32_t pool, uint32_t method, std::string_view payload,
+                               const PoolQuery& query = {});
 
   // The HTTP port actually serving (0 when off or when it could not bind).
   uint32_t http_port() const;
@@ -90,6 +95,9 @@ class Runtime : public PoolRegistry {
   };
 
   Result<std::string> HandleAdmin(uint32_t method, std::string_view payload);
+  Status RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const;
+  // The HTTP actions behind the token (daemon/http_api.cc).
+  void RouteHttpActions(HttpServer& http, std::string token);
   // Creates one pool; it is not yet visible to clients.
   Result<std::shared_ptr<PoolSlot>> MakePool(const ComposeEntry& entry, const std::string& file)
       REQUIRES(compose_mu_);

@@ -24,6 +24,7 @@
 #include "common/thread_annotations.h"
 #include "daemon/asio.h"
 #include "daemon/ipc.h"
+#include "daemon/pool.h"
 #include "daemon/shm_channel.h"
 #include "daemon/workers.h"
 
@@ -251,15 +252,25 @@ class Server::Impl {
   // serves its other connections meanwhile. Every run time feeds the prediction.
   asio::awaitable<Result<std::string>> RunTask(const RequestHeader& h, const std::string& payload) {
     const uint32_t pool = h.pool, method = h.method;
+    const RequestContext context{h.client, h.request_id, (h.flags & kRequestResent) != 0};
+    // A pool query, when one travels, is the front of the payload.
+    std::string_view body = payload;
+    PoolQuery query;
+    if (h.flags & kRequestHasQuery) {
+      auto q = DecodePoolQuery(&body);
+      if (!q.ok()) co_return q.status();
+      query = *q;
+    }
     if (costs_.Slow(pool, method)) {
       auto ex = co_await asio::this_coro::executor;
       using Out = std::shared_ptr<Result<std::string>>;
       Out out = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Out)>(
-          [this, ex, pool, method, &payload](auto handler) {
+          [this, ex, pool, method, context, query, body](auto handler) {
             auto done = std::make_shared<decltype(handler)>(std::move(handler));
-            slow_.Submit([this, ex, pool, method, payload = payload, done] {
+            slow_.Submit([this, ex, pool, method, context, query, payload = std::string(body), done] {
               const int64_t t0 = NowNs();
-              Out r = std::make_shared<Result<std::string>>(dispatch_(pool, method, payload));
+              ScopedRequest scope(context);
+              Out r = std::make_shared<Result<std::string>>(dispatch_(pool, method, payload, query));
               Learn(pool, method, r->status(), t0);
               ++slow_tasks_;  // before the answer: whoever gets it sees the task counted
               asio::post(ex, [done, r] { std::move(*done)(r); });
@@ -272,7 +283,10 @@ class Server::Impl {
     WorkerSlots* slots = t_slots;
     const int slot = t_slot;
     if (slots) slots->busy_since_ns[slot].store(t0);
-    Result<std::string> r = dispatch_(pool, method, payload);
+    Result<std::string> r = [&] {
+      ScopedRequest scope(context);
+      return dispatch_(pool, method, body, query);
+    }();
     if (slots) slots->busy_since_ns[slot].store(0);
     Learn(pool, method, r.status(), t0);
     co_return r;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "daemon/pool_query.h"
 
 namespace clio {
 
@@ -31,7 +32,9 @@ class Server {
     uint32_t stuck_task_ms = 100;
   };
   // Runs one request: (pool, method, payload) -> the response payload or an error.
-  using Dispatcher = std::function<Result<std::string>(uint32_t pool, uint32_t method, std::string_view payload)>;
+  // The payload comes without the pool query, which travels apart (kRequestHasQuery).
+  using Dispatcher = std::function<Result<std::string>(uint32_t pool, uint32_t method, std::string_view payload,
+                                                       const PoolQuery& query)>;
 
   Server(Options options, Dispatcher dispatch);
   ~Server();

@@ -421,7 +421,7 @@ TEST_CASE("a client rides out a runtime restart: its next call reconnects, over 
   // it: even a call that is never resent goes out once, on a new connection.
   n.Down();
   n.Up();
-  auto once = (*c)->Call(7, 1, "once", /*idempotent=*/false);
+  auto once = (*c)->Call(7, 1, "once", RuntimeClient::Resend::kNever);
   REQUIRE_MESSAGE(once.ok(), once.status().ToString());
   CHECK(*once == "once");
 }

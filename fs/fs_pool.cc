@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <chrono>
+#include <optional>
 #include <cstring>
 
 #include "common/codec.h"
@@ -72,6 +73,9 @@ FsPool::FsPool(std::unique_ptr<Namespace> ns, KvStore* kv) : ns_(std::move(ns)),
   const char* bytes_help = "Bytes read and written through the filesystem";
   read_bytes_ = metrics::GetCounter("clio_fs_bytes_total", bytes_help, {{"op", "read"}});
   write_bytes_ = metrics::GetCounter("clio_fs_bytes_total", bytes_help, {{"op", "write"}});
+  replayed_ = metrics::GetCounter("clio_fs_replayed_requests_total",
+                                  "Resent requests that had run before their connection broke, answered from "
+                                  "their request record instead of running again", {});
 }
 
 metrics::Counter FsPool::ErrorCounter(size_t op, int err) {
@@ -102,7 +106,67 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
   return r;
 }
 
+// The answer to a resend of a request that ran before the connection broke (its record says
+// so): rebuilt from the namespace as it is now, in the shape the method answers.
+Result<std::string> FsPool::Replay(FsMethod m, std::string_view payload) {
+  Decoder d(payload);
+  uint64_t parent = 0, ino = 0;
+  std::string_view name;
+  switch (m) {
+    case FsMethod::kCreate: {
+      d.Get(&parent);
+      d.GetBytes(&name);
+      CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->Lookup(parent, name));
+      CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(parent));
+      Encoder e;
+      EncodeAttr(&e, a);
+      EncodeAttr(&e, dir);
+      return e.Take();
+    }
+    case FsMethod::kMkdir:
+    case FsMethod::kSymlink:
+    case FsMethod::kMknod:
+      d.Get(&parent);
+      d.GetBytes(&name);
+      return AttrReply(ns_->Lookup(parent, name));
+    case FsMethod::kLink:
+      d.Get(&ino);
+      d.Get(&parent);
+      d.GetBytes(&name);
+      return AttrReply(ns_->Lookup(parent, name));
+    case FsMethod::kUnlink: {
+      d.Get(&parent);
+      CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(parent));
+      Encoder e;
+      e.Put<uint64_t>(0);  // whether the inode went with it is not known any more
+      EncodeAttr(&e, dir);
+      return e.Take();
+    }
+    case FsMethod::kRename: {
+      Encoder e;
+      e.Put<uint8_t>(0);  // no directory attributes: the client asks again
+      return e.Take();
+    }
+    default:
+      return std::string();  // rmdir, open, release, setxattr, removexattr: empty answers
+  }
+}
+
 Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
+  // A mutating request from a client is recorded with its effect; a resend of one that ran is
+  // answered from the namespace without running it again (docs/namespace.md).
+  const RequestContext& rq = CurrentRequest();
+  std::optional<Namespace::RequestRecord> record;
+  if (rq.client != 0 && !IsIdempotent(static_cast<FsMethod>(method))) {
+    if (rq.resent) {
+      CLIO_ASSIGN_OR_RETURN(bool ran, ns_->RequestRan(rq.client, rq.request_id));
+      if (ran) {
+        replayed_.Add();
+        return Replay(static_cast<FsMethod>(method), payload);
+      }
+    }
+    record.emplace(rq.client, rq.request_id, method);
+  }
   Decoder d(payload);
   uint64_t ino = 0, parent = 0, new_parent = 0, offset = 0;
   uint32_t mode = 0, uid = 0, gid = 0, flags = 0, len = 0;

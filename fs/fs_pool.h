@@ -16,7 +16,8 @@ class KvStore;
 
 // Every request is counted (clio_fs_operations_total{op, outcome}: outcome "ok" or the errno
 // name the client gets, "ENOENT"), timed (clio_fs_operation_seconds{op}) and, for read and
-// write, measured in bytes (clio_fs_bytes_total{op}).
+// write, measured in bytes (clio_fs_bytes_total{op}); resends answered from their request
+// record count in clio_fs_replayed_requests_total.
 class FsPool : public Pool {
  public:
   FsPool(std::unique_ptr<Namespace> ns, KvStore* kv);
@@ -26,6 +27,7 @@ class FsPool : public Pool {
 
  private:
   Result<std::string> Serve(uint32_t method, std::string_view payload);
+  Result<std::string> Replay(FsMethod m, std::string_view payload);
   metrics::Counter ErrorCounter(size_t op, int err) EXCLUDES(mu_);
 
   std::unique_ptr<Namespace> ns_;
@@ -34,6 +36,7 @@ class FsPool : public Pool {
   std::array<metrics::Counter, kOps> ok_;
   std::array<metrics::Histogram, kOps> latency_;
   metrics::Counter read_bytes_, write_bytes_;
+  metrics::Counter replayed_;  // resent requests answered from their record
   Mutex mu_;
   std::map<std::pair<size_t, int>, metrics::Counter> errors_ GUARDED_BY(mu_);
 };

@@ -97,7 +97,9 @@ enum class FsMethod : uint32_t {
   kLocate,  // u64 ino -> EncodeFileLocation (`clioctl locate`; not sent by clio-fuse)
 };
 
-// Methods whose effect changes if applied twice; the client never resends them blindly.
+// Methods whose effect changes if applied twice. The client resends them after a broken
+// connection only marked (RuntimeClient::Resend::kMarked): FsPool records each with its effect
+// and answers a resend of one that ran from the record (docs/namespace.md, "Request records").
 inline bool IsIdempotent(FsMethod m) {
   switch (m) {
     case FsMethod::kCreate: case FsMethod::kMkdir: case FsMethod::kSymlink:

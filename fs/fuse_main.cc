@@ -228,7 +228,8 @@ FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userd
 
 Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
   FuseState* s = State(req);
-  return s->client->Call(s->pool, static_cast<uint32_t>(m), e.buffer(), IsIdempotent(m));
+  return s->client->Call(s->pool, static_cast<uint32_t>(m), e.buffer(),
+                         IsIdempotent(m) ? RuntimeClient::Resend::kFreely : RuntimeClient::Resend::kMarked);
 }
 
 struct stat ToStat(const InodeAttr& a) {

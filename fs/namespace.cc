@@ -55,6 +55,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, uint64
     CLIO_RETURN_IF_ERROR(kv->Apply(std::move(b)));
   }
   CLIO_RETURN_IF_ERROR(ns->RemoveOrphans());
+  CLIO_RETURN_IF_ERROR(ns->ExpireRequestRecords());
   return ns;
 }
 
@@ -149,7 +150,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     e.Put<uint64_t>(a.size);
     b.Put(TruncateKey(ino), e.Take());
   }
-  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   if (shrink) CLIO_RETURN_IF_ERROR(FinishTruncate(ino, a.size));
   return a;
 }
@@ -189,7 +190,7 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   Encoder n;
   n.Put<uint64_t>(a.ino + 1);
   b.Put(std::string(kNextInoKey), n.Take());
-  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   ++next_ino_;
   if (dir_out != nullptr) *dir_out = dir;
   return a;

@@ -97,7 +97,31 @@ class Namespace {
 
   uint64_t chunk_size() const { return chunk_size_; }
 
+  // Request records (docs/namespace.md): while a RequestRecord lives on a thread, the first
+  // batch the namespace commits on that thread also records the request (client, id), in the
+  // same atomic batch as the request's effect. A resend after a broken connection (a runtime
+  // restart) asks RequestRan() and, when it ran, is answered without running again. Each
+  // client keeps its last kRequestSlots records; records older than an hour go at start.
+  class RequestRecord {
+   public:
+    RequestRecord(uint32_t client, uint64_t request_id, uint32_t method);
+    ~RequestRecord();
+    RequestRecord(const RequestRecord&) = delete;
+    RequestRecord& operator=(const RequestRecord&) = delete;
+
+    const uint32_t client;
+    const uint64_t request_id;
+    const uint32_t method;
+    bool recorded = false;  // set by the commit that carried it
+  };
+  static constexpr uint64_t kRequestSlots = 1024;
+  Result<bool> RequestRan(uint32_t client, uint64_t request_id);
+
  private:
+  // kv_->Apply(b), with the thread's pending request record added to the first batch.
+  Status Commit(KvBatch b);
+  // Drops request records older than an hour (at Open).
+  Status ExpireRequestRecords();
   Namespace(KvStore* kv, Cte* cte, uint64_t chunk_size) : kv_(kv), cte_(cte), chunk_size_(chunk_size) {}
   // Finishes work a stop or crash interrupted: data of unlinked files, pending truncations.
   Status RemoveOrphans();

@@ -32,7 +32,7 @@ Status Namespace::FinishTruncate(uint64_t ino, uint64_t size) {
     AddStored(&a, delta);
     b.Put(InodeKey(ino), EncodeInode(a, {}));
   }
-  return kv_->Apply(std::move(b));
+  return Commit(std::move(b));
 }
 
 
@@ -111,7 +111,7 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
   a.mtime_ns = a.ctime_ns = NowNs();
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));
-  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   return done;
 }
 
@@ -192,7 +192,7 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
   a.mtime_ns = a.ctime_ns = NowNs();
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));
-  return kv_->Apply(std::move(b));
+  return Commit(std::move(b));
 }
 
 }  // namespace clio

@@ -43,6 +43,20 @@ inline std::string TruncateKey(uint64_t ino) {
   return k;
 }
 
+// A request record: the client's slot (request id modulo Namespace::kRequestSlots).
+constexpr std::string_view kRequestPrefix = "rq/";
+inline std::string RequestKey(uint32_t client, uint64_t request_id, uint64_t slots) {
+  std::string k(kRequestPrefix);
+  AppendBigEndian64(&k, (uint64_t{client} << 32) | (request_id % slots));
+  return k;
+}
+// u8 version 1, u64 request id, u32 method, i64 wall-clock ns when recorded.
+inline std::string EncodeRequestRecord(uint64_t request_id, uint32_t method, int64_t now_ns) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<uint64_t>(request_id).Put<uint32_t>(method).Put<int64_t>(now_ns);
+  return e.Take();
+}
+
 inline std::string EncodeInode(const InodeAttr& a, std::string_view target) {
   Encoder e;
   e.Put<uint8_t>(kInodeVersion);

@@ -24,7 +24,7 @@ Status Namespace::DeleteFileData(uint64_t ino) {
   b.Delete(InodeKey(ino));
   b.Delete(OrphanKey(ino));
   b.Delete(TruncateKey(ino));
-  return kv_->Apply(std::move(b));
+  return Commit(std::move(b));
 }
 
 
@@ -65,7 +65,7 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name, uint64_t* delet
     b.Put(InodeKey(parent), EncodeInode(dir, {}));
     bool del = false;
     CLIO_RETURN_IF_ERROR(DropLink(victim, &b, &del));
-    CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+    CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
     if (del) drop_data = victim.ino;
     if (parent_attr != nullptr) *parent_attr = dir;
   }
@@ -112,7 +112,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
   dir.mtime_ns = dir.ctime_ns = NowNs();
   if (dir.nlink > 2) --dir.nlink;
   b.Put(InodeKey(parent), EncodeInode(dir, {}));
-  return kv_->Apply(std::move(b));
+  return Commit(std::move(b));
 }
 
 Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
@@ -190,7 +190,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
       b.Put(InodeKey(parent), EncodeInode(src_dir, {}));
       b.Put(InodeKey(new_parent), EncodeInode(dst_dir, {}));
     }
-    CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+    CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
     if (dirs != nullptr) *dirs = {src_dir, dst_dir};
   }
   return drop_data ? DeleteFileData(drop_data) : Status::Ok();
@@ -251,7 +251,7 @@ Status Namespace::Exchange(uint64_t parent, std::string_view name, uint64_t new_
   CLIO_RETURN_IF_ERROR(put_inode(b));
   batch.Put(InodeKey(dir_a.ino), EncodeInode(dir_a, {}));
   if (parent != new_parent) batch.Put(InodeKey(dir_b.ino), EncodeInode(dir_b, {}));
-  return kv_->Apply(std::move(batch));
+  return Commit(std::move(batch));
 }
 
 Result<InodeAttr> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
@@ -277,7 +277,7 @@ Result<InodeAttr> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string
   b.Put(dkey, EncodeDentry(a.ino, a.mode));
   b.Put(InodeKey(a.ino), EncodeInode(a, target));
   b.Put(InodeKey(new_parent), EncodeInode(dir, {}));
-  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   return a;
 }
 

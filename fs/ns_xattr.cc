@@ -46,7 +46,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
   KvBatch b;
   b.Put(key, std::string(value));
   b.Put(InodeKey(ino), EncodeInode(a, target));
-  return kv_->Apply(std::move(b));
+  return Commit(std::move(b));
 }
 
 Result<std::string> Namespace::GetXattr(uint64_t ino, std::string_view name) {
@@ -85,7 +85,7 @@ Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
   KvBatch b;
   b.Delete(key);
   b.Put(InodeKey(ino), EncodeInode(a, target));
-  return kv_->Apply(std::move(b));
+  return Commit(std::move(b));
 }
 
 Status Namespace::DeleteXattrs(uint64_t ino, KvBatch* batch) {

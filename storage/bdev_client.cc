@@ -21,9 +21,9 @@ Result<BdevClient> BdevClient::Connect(RuntimeClient* rpc, std::string_view pool
 }
 
 Result<std::string> BdevClient::Call(BdevMethod method, std::string_view payload,
-                                     bool idempotent) {
+                                     RuntimeClient::Resend resend) {
   if (pool_ != nullptr) return pool_->Handle(static_cast<uint32_t>(method), payload);
-  return rpc_->Call(pool_id_, static_cast<uint32_t>(method), payload, idempotent);
+  return rpc_->Call(pool_id_, static_cast<uint32_t>(method), payload, resend);
 }
 
 Result<ExtentList> BdevClient::Allocate(uint64_t bytes) {
@@ -31,7 +31,7 @@ Result<ExtentList> BdevClient::Allocate(uint64_t bytes) {
   Encoder e;
   e.Put<uint64_t>(bytes);
   // Not resent: a resend after a lost reply would leak the first allocation.
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kAllocateBlocks, e.buffer(), false));
+  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kAllocateBlocks, e.buffer(), RuntimeClient::Resend::kNever));
   Decoder d(reply);
   ExtentList extents;
   CLIO_RETURN_IF_ERROR(DecodeExtents(d, &extents));
@@ -43,7 +43,7 @@ Status BdevClient::Free(const ExtentList& extents) {
   if (pool_ != nullptr) return pool_->bdev()->Free(extents);
   Encoder e;
   EncodeExtents(e, extents);
-  return Call(BdevMethod::kFreeBlocks, e.buffer(), false).status();
+  return Call(BdevMethod::kFreeBlocks, e.buffer(), RuntimeClient::Resend::kNever).status();
 }
 
 Result<uint64_t> BdevClient::Write(const ExtentList& extents, uint64_t offset,
@@ -58,7 +58,7 @@ Result<uint64_t> BdevClient::Write(const ExtentList& extents, uint64_t offset,
     Encoder e;
     EncodeExtents(e, extents);
     e.Put<uint64_t>(offset + done).PutBytes(data.substr(done, n));
-    CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kWrite, e.buffer(), true));
+    CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kWrite, e.buffer(), RuntimeClient::Resend::kFreely));
     Decoder d(reply);
     uint64_t written = 0;
     d.Get(&written);
@@ -78,7 +78,7 @@ Status BdevClient::Read(const ExtentList& extents, uint64_t offset, uint64_t len
     Encoder e;
     EncodeExtents(e, extents);
     e.Put<uint64_t>(offset + done).Put<uint64_t>(n);
-    CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kRead, e.buffer(), true));
+    CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kRead, e.buffer(), RuntimeClient::Resend::kFreely));
     if (reply.size() != n)
       return Corruption("bdev read: " + std::to_string(reply.size()) + " bytes back, asked " +
                         std::to_string(n));
@@ -89,29 +89,29 @@ Status BdevClient::Read(const ExtentList& extents, uint64_t offset, uint64_t len
 }
 
 Result<BdevStats> BdevClient::GetStats() {
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kGetStats, {}, true));
+  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kGetStats, {}, RuntimeClient::Resend::kFreely));
   return DecodeBdevStats(reply);
 }
 
-Status BdevClient::Sync() { return Call(BdevMethod::kSync, {}, true).status(); }
+Status BdevClient::Sync() { return Call(BdevMethod::kSync, {}, RuntimeClient::Resend::kFreely).status(); }
 
 Status BdevClient::SetLifespan(double days) {
   Encoder e;
   e.Put<double>(days);
-  return Call(BdevMethod::kSetLifespan, e.buffer(), true).status();
+  return Call(BdevMethod::kSetLifespan, e.buffer(), RuntimeClient::Resend::kFreely).status();
 }
 
-Status BdevClient::FlushAllocLog() { return Call(BdevMethod::kFlushAllocLog, {}, true).status(); }
+Status BdevClient::FlushAllocLog() { return Call(BdevMethod::kFlushAllocLog, {}, RuntimeClient::Resend::kFreely).status(); }
 
 Result<GpuMemoryInfo> BdevClient::Update() {
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kUpdate, {}, true));
+  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kUpdate, {}, RuntimeClient::Resend::kFreely));
   return DecodeGpuMemoryInfo(reply);
 }
 
 Result<std::string> BdevClient::Monitor() {
   Encoder e;
   e.PutBytes("stats");
-  return Call(BdevMethod::kMonitor, e.buffer(), true);
+  return Call(BdevMethod::kMonitor, e.buffer(), RuntimeClient::Resend::kFreely);
 }
 
 }  // namespace clio

@@ -16,13 +16,13 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "daemon/ipc.h"
 #include "storage/bdev.h"
 #include "storage/bdev_protocol.h"
 
 namespace clio {
 
 class BdevPool;
-class RuntimeClient;
 
 class BdevClient {
  public:
@@ -54,7 +54,7 @@ class BdevClient {
   Result<std::string> Monitor();
 
  private:
-  Result<std::string> Call(BdevMethod method, std::string_view payload, bool idempotent);
+  Result<std::string> Call(BdevMethod method, std::string_view payload, RuntimeClient::Resend resend);
 
   RuntimeClient* rpc_ = nullptr;
   uint32_t pool_id_ = 0;

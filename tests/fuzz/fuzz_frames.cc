@@ -104,7 +104,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kOpenChannel))
       (void)clio::DecodeOpenChannel(payload);
     if (!Allowed(h)) continue;
-    auto r = w.rt->Dispatch(h.pool, h.method, payload);
+    // As the server does: a pool query travels at the front of the payload.
+    std::string_view body = payload;
+    clio::PoolQuery query;
+    if (h.flags & clio::kRequestHasQuery) {
+      auto q = clio::DecodePoolQuery(&body);
+      if (!q.ok()) continue;  // answered with the error
+      query = *q;
+      if (clio::DecodePoolQuery(&body).ok() && body.size() + 2 * clio::kPoolQueryBytes != payload.size()) std::abort();
+      body = std::string_view(payload).substr(clio::kPoolQueryBytes);
+    }
+    auto r = w.rt->Dispatch(h.pool, h.method, body, query);
     if (r.ok() && h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kListPools)) {
       if (!clio::DecodePoolList(*r).ok()) std::abort();
     }
