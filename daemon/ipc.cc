@@ -156,7 +156,7 @@ std::string EncodeRuntimeStats(const RuntimeStats& s) {
   Encoder e;
   e.Put(s.pid).Put(s.uptime_s).Put(s.worker_threads).Put(s.client_connections).Put(s.pools);
   e.Put(s.shm_channels).Put(s.tcp_connections).Put(s.malformed_frames).Put(s.reaped_clients);
-  e.Put(s.extra_workers).Put(s.workers_added).Put(s.slow_threads).Put(s.slow_tasks);
+  e.Put(s.extra_workers).Put(s.workers_added).Put(s.slow_threads).Put(s.slow_tasks).Put(s.async_tasks);
   return e.Take();
 }
 
@@ -176,6 +176,7 @@ Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes) {
   d.Get(&s.workers_added);
   d.Get(&s.slow_threads);
   d.Get(&s.slow_tasks);
+  d.Get(&s.async_tasks);
   CLIO_RETURN_IF_ERROR(d.Finish("runtime stats"));
   return s;
 }

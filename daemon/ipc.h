@@ -113,10 +113,11 @@ struct RuntimeStats {
   uint64_t workers_added = 0;     // ever
   uint32_t slow_threads = 0;      // threads of the slow class now
   uint64_t slow_tasks = 0;        // tasks run on the slow class
+  uint64_t async_tasks = 0;       // tasks handled asynchronously (Pool::IsAsync)
 };
 // u64 pid, uptime_s, u32 worker_threads, u64 client_connections, u32 pools, u64 shm_channels,
 // tcp_connections, malformed_frames, reaped_clients, u32 extra_workers, u64 workers_added, u32
-// slow_threads, u64 slow_tasks.
+// slow_threads, u64 slow_tasks, u64 async_tasks.
 std::string EncodeRuntimeStats(const RuntimeStats& s);
 Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes);
 

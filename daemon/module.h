@@ -30,7 +30,8 @@
 
 namespace clio {
 
-inline constexpr uint32_t kModuleAbiVersion = 1;
+// 2: Pool::IsAsync/HandleAsync, PoolRegistry::Submit.
+inline constexpr uint32_t kModuleAbiVersion = 2;
 
 // What the runtime and a module must agree on, byte for byte.
 struct ModuleLayout {

@@ -21,6 +21,19 @@ class Pool {
   // Handles one client request. Runs on a runtime worker thread; may block on I/O. Must not
   // throw. The returned string is the response payload.
   virtual Result<std::string> Handle(uint32_t method, std::string_view payload) = 0;
+
+  // Tasks that wait. A method for which IsAsync() is true is run by HandleAsync(): the pool
+  // starts the task and returns at once; the request's coroutine yields (its worker serves
+  // other clients) until the task calls `done`, exactly once, from any thread: when the
+  // subtask it awaits (another pool's task, PoolRegistry::Submit) or its device answers.
+  // HandleAsync must not throw; `done` must not be called with locks held that the caller of
+  // Submit may take.
+  using Done = std::function<void(Result<std::string>)>;
+  virtual bool IsAsync(uint32_t method) const {
+    (void)method;
+    return false;
+  }
+  virtual void HandleAsync(uint32_t method, std::string payload, Done done) { done(Handle(method, payload)); }
   // Graceful stop: flush what must be flushed. Called once, in reverse compose order.
   virtual Status Stop() { return Status::Ok(); }
   // One line for `clio_run status`.
@@ -101,6 +114,15 @@ class PoolRegistry {
   // Drops the use a lookup recorded (FindByName/FindById): the pool may be destroyed before
   // the caller again. For a pool that stops using another one (a tier removed).
   virtual void Release(uint32_t id) { (void)id; }
+  // Runs a task of pool `id` as a subtask (recorded as a use, like a lookup): `done` gets its
+  // answer, on another thread when that pool handles the method asynchronously, else before
+  // Submit returns. NotFound for an unknown pool.
+  virtual void Submit(uint32_t id, uint32_t method, std::string payload, Pool::Done done) {
+    Pool* p = FindById(id);
+    if (!p) return done(Status(Code::kNotFound, "no pool with id " + std::to_string(id)));
+    if (p->IsAsync(method)) return p->HandleAsync(method, std::move(payload), std::move(done));
+    done(p->Handle(method, payload));
+  }
   template <typename T>
   T* Find(std::string_view name) {
     return dynamic_cast<T*>(FindByName(name));

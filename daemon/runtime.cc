@@ -375,10 +375,20 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
   so.slow_task_us = config_.slow_task_us;
   so.stuck_task_ms = config_.stuck_task_ms;
   CLIO_ASSIGN_OR_RETURN(so.token, EnsureToken(config_.token_file));
+  Server::AsyncDispatcher async;
+  async.handles = [this](uint32_t pool, uint32_t method) {
+    auto slot = pool == 0 ? nullptr : SlotById(pool);
+    return slot && slot->pool->IsAsync(method);
+  };
+  async.start = [this](uint32_t pool, uint32_t method, std::string payload, const PoolQuery& query, Pool::Done done) {
+    DispatchAsync(pool, method, std::move(payload), query, std::move(done));
+  };
   server_ = std::make_unique<Server>(
-      so, [this](uint32_t pool, uint32_t method, std::string_view payload, const PoolQuery& query) {
+      so,
+      [this](uint32_t pool, uint32_t method, std::string_view payload, const PoolQuery& query) {
         return Dispatch(pool, method, payload, query);
-      });
+      },
+      std::move(async));
   CLIO_RETURN_IF_ERROR(server_->Listen());
   CLIO_LOG_INFO("serving on {}", config_.socket_path);
   // HTTP is for operators, not the data path: a port that cannot be bound is logged, and the
@@ -446,6 +456,7 @@ RuntimeStats Runtime::Stats() const {
     s.workers_added = ss.workers_added;
     s.slow_threads = ss.slow_threads;
     s.slow_tasks = ss.slow_tasks;
+    s.async_tasks = ss.async_tasks;
   }
   s.pools = static_cast<uint32_t>(Slots().size());
   return s;
@@ -604,6 +615,28 @@ Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::strin
     idle_cv_.NotifyAll();
   }
   return r;
+}
+
+void Runtime::DispatchAsync(uint32_t pool, uint32_t method, std::string payload, const PoolQuery& query,
+                            Pool::Done done) {
+  std::shared_ptr<PoolSlot> slot;
+  {
+    ReaderLock r(&mu_);
+    for (const auto& s : pools_)
+      if (s->pool->id() == pool) slot = s;
+    if (slot) ++slot->inflight;  // until the task ends: a destroy waits for it
+  }
+  if (!slot) return done(NotFound("no pool with id " + std::to_string(pool)));
+  auto finish = [this, slot, done = std::move(done)](Result<std::string> r) {
+    done(std::move(r));
+    if (--slot->inflight == 0 && slot->retiring) {
+      MutexLock i(&idle_mu_);
+      idle_cv_.NotifyAll();
+    }
+  };
+  Status routed = RouteHere(*slot->pool, method, payload, query);
+  if (!routed.ok()) return finish(routed);
+  slot->pool->HandleAsync(method, std::move(payload), std::move(finish));
 }
 
 Status Runtime::RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const {

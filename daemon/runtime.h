@@ -64,6 +64,9 @@ class Runtime : public PoolRegistry {
   // when it names another, InvalidArgument when it names none of the pool's.
   Result<std::string> Dispatch(uint32_t pool, uint32_t method, std::string_view payload,
                                const PoolQuery& query = {});
+  // The same for a method the pool handles asynchronously (Pool::IsAsync): starts it; `done`
+  // gets the answer, from the thread that ends the task.
+  void DispatchAsync(uint32_t pool, uint32_t method, std::string payload, const PoolQuery& query, Pool::Done done);
 
   // The HTTP port actually serving (0 when off or when it could not bind).
   uint32_t http_port() const;

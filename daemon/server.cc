@@ -122,8 +122,8 @@ void RunHome(Home& home, bool helper) {
 
 class Server::Impl {
  public:
-  Impl(Options o, Dispatcher d)
-      : options_(std::move(o)), dispatch_(std::move(d)), costs_(options_.slow_task_us),
+  Impl(Options o, Dispatcher d, AsyncDispatcher a)
+      : options_(std::move(o)), dispatch_(std::move(d)), async_(std::move(a)), costs_(options_.slow_task_us),
         slow_(1, std::max<uint32_t>(4, 4 * options_.threads), std::chrono::seconds(5)),
         homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
         unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
@@ -230,6 +230,7 @@ class Server::Impl {
     s.workers_added = workers_added_.load();
     s.slow_threads = slow_.threads();
     s.slow_tasks = slow_tasks_.load();
+    s.async_tasks = async_tasks_.load();
     return s;
   }
 
@@ -260,6 +261,24 @@ class Server::Impl {
       auto q = DecodePoolQuery(&body);
       if (!q.ok()) co_return q.status();
       query = *q;
+    }
+    if (async_.handles && async_.handles(pool, method)) {
+      // The pool's task waits on something: this coroutine yields until it ends; the worker
+      // serves its other connections meanwhile.
+      ++async_tasks_;
+      auto ex = co_await asio::this_coro::executor;
+      using Out = std::shared_ptr<Result<std::string>>;
+      Out out = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Out)>(
+          [this, ex, pool, method, context, query, body](auto handler) {
+            auto done = std::make_shared<decltype(handler)>(std::move(handler));
+            ScopedRequest scope(context);
+            async_.start(pool, method, std::string(body), query, [ex, done](Result<std::string> r) {
+              auto result = std::make_shared<Result<std::string>>(std::move(r));
+              asio::post(ex, [done, result] { std::move(*done)(result); });
+            });
+          },
+          asio::use_awaitable);
+      co_return std::move(*out);
     }
     if (costs_.Slow(pool, method)) {
       auto ex = co_await asio::this_coro::executor;
@@ -649,6 +668,7 @@ class Server::Impl {
 
   const Options options_;
   const Dispatcher dispatch_;
+  const AsyncDispatcher async_;
   // What the coroutines touch as they end, declared before the io_contexts: destroying an
   // io_context destroys the coroutines still suspended in it.
   std::atomic<int64_t> connections_{0}, shm_channels_{0}, tcp_connections_{0};
@@ -668,7 +688,7 @@ class Server::Impl {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Helper> helpers_ GUARDED_BY(monitor_mu_);
-  std::atomic<uint64_t> workers_added_{0}, slow_tasks_{0};
+  std::atomic<uint64_t> workers_added_{0}, slow_tasks_{0}, async_tasks_{0};
   std::vector<std::unique_ptr<Home>> homes_;  // the I/O workers: runtime.num_threads
   asio::io_context& ioc_;  // homes_[0]: the acceptors, signals, the reaper and stop
   std::atomic<size_t> next_{0};  // round robin over homes_
@@ -680,8 +700,8 @@ class Server::Impl {
   uint32_t tcp_port_ = 0;
 };
 
-Server::Server(Options options, Dispatcher dispatch)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(dispatch))) {}
+Server::Server(Options options, Dispatcher dispatch, AsyncDispatcher async)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(dispatch), std::move(async))) {}
 Server::~Server() = default;
 Status Server::Listen() { return impl_->Listen(); }
 void Server::Run(const std::function<void()>& on_ready) { impl_->Run(on_ready); }

@@ -36,7 +36,16 @@ class Server {
   using Dispatcher = std::function<Result<std::string>(uint32_t pool, uint32_t method, std::string_view payload,
                                                        const PoolQuery& query)>;
 
-  Server(Options options, Dispatcher dispatch);
+  // Asynchronous tasks (Pool::IsAsync): whether the pool handles the method so, and starting
+  // one, whose end calls `done` from any thread.
+  struct AsyncDispatcher {
+    std::function<bool(uint32_t pool, uint32_t method)> handles;
+    std::function<void(uint32_t pool, uint32_t method, std::string payload, const PoolQuery& query,
+                       std::function<void(Result<std::string>)> done)>
+        start;
+  };
+
+  Server(Options options, Dispatcher dispatch, AsyncDispatcher async = {});
   ~Server();
 
   // Binds the Unix socket (a stale socket file is replaced; a live runtime on it is Busy) and
@@ -59,6 +68,7 @@ class Server {
     uint64_t workers_added = 0;   // ever
     uint32_t slow_threads = 0;    // threads of the slow class now
     uint64_t slow_tasks = 0;      // tasks that ran on the slow class
+    uint64_t async_tasks = 0;     // tasks handled asynchronously (Pool::IsAsync)
   };
   Stats stats() const;
 

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "common/codec.h"
@@ -468,4 +469,112 @@ TEST_CASE("a method observed to be slow runs on the slow class; the I/O worker k
   CHECK(st.workers_added == 0);
   g_hold = false;
   holder.join();
+}
+
+namespace {
+
+// A device whose method 1 is asynchronous: the task is parked until the device "completes"
+// (CompleteAll, from the test's thread, as an I/O completion would come). Method 3 echoes.
+class DevicePool : public Pool {
+ public:
+  Result<std::string> Handle(uint32_t, std::string_view payload) override { return std::string(payload); }
+  bool IsAsync(uint32_t method) const override { return method == 1; }
+  void HandleAsync(uint32_t, std::string payload, Done done) override {
+    std::lock_guard<std::mutex> l(mu_);
+    parked_.emplace_back(std::move(payload), std::move(done));
+  }
+  size_t Parked() {
+    std::lock_guard<std::mutex> l(mu_);
+    return parked_.size();
+  }
+  void CompleteAll(const std::string& suffix) {
+    std::vector<std::pair<std::string, Done>> now;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      now.swap(parked_);
+    }
+    for (auto& [p, done] : now) done(p + suffix);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<std::string, Done>> parked_;
+};
+
+// Its method 2 awaits a subtask: the device's method 1, through the registry.
+class GatherPool : public Pool {
+ public:
+  GatherPool(PoolRegistry* registry, uint32_t device) : registry_(registry), device_(device) {}
+  Result<std::string> Handle(uint32_t, std::string_view) override { return Status(Code::kNotSupported, "asynchronous only"); }
+  bool IsAsync(uint32_t method) const override { return method == 2; }
+  void HandleAsync(uint32_t, std::string payload, Done done) override {
+    registry_->Submit(device_, 1, std::move(payload), [done](Result<std::string> r) {
+      done(r.ok() ? Result<std::string>("gather:" + *r) : r);
+    });
+  }
+
+ private:
+  PoolRegistry* const registry_;
+  const uint32_t device_;
+};
+
+DevicePool* g_device = nullptr;
+
+}  // namespace
+
+TEST_CASE("an asynchronous task yields its worker while it awaits a device or a subtask") {
+  // One worker; neither the monitor nor the slow class may help: only yielding frees it.
+  char tmpl[] = "/tmp/clio_async_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir +
+                                    "\n  http_port: 0\n  num_threads: 1\n  stuck_task_ms: 3600000\n  slow_task_us: 60000000\n"
+                                    "compose:\n  - mod_name: device\n    pool_name: dev\n    pool_id: \"8.0\"\n"
+                                    "  - mod_name: gather\n    pool_name: g\n    pool_id: \"9.0\"\n",
+                                "a.yaml");
+  REQUIRE(cfg.ok());
+  Runtime rt(std::move(cfg).value());
+  rt.RegisterModule("device", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
+    auto p = std::make_unique<DevicePool>();
+    g_device = p.get();
+    return std::unique_ptr<Pool>(std::move(p));
+  });
+  rt.RegisterModule("gather", [](const ComposeEntry&, const std::string&, PoolRegistry& r) -> Result<std::unique_ptr<Pool>> {
+    return std::unique_ptr<Pool>(new GatherPool(&r, 8));
+  });
+  REQUIRE(rt.Compose().ok());
+  {
+    testing::ServingThread serve(&rt);
+    auto opts = RuntimeClient::OptionsFor(rt.config());
+    auto a = RuntimeClient::Connect(opts);
+    auto b = RuntimeClient::Connect(opts);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    Result<std::string> waited = Status(Code::kInternal, "not answered");
+    std::thread device_wait([&] { waited = (*a)->Call(8, 1, "io"); });
+    REQUIRE(Eventually([] { return g_device->Parked() == 1; }));
+    CHECK(*(*b)->Call(8, 3, "meanwhile") == "meanwhile");  // the only worker is free
+    g_device->CompleteAll("-done");
+    device_wait.join();
+    REQUIRE_MESSAGE(waited.ok(), waited.status().ToString());
+    CHECK(*waited == "io-done");
+
+    Result<std::string> gathered = Status(Code::kInternal, "not answered");
+    std::thread subtask_wait([&] { gathered = (*a)->Call(9, 2, "x"); });
+    REQUIRE(Eventually([] { return g_device->Parked() == 1; }));  // the subtask, parked
+    CHECK(*(*b)->Call(8, 3, "still") == "still");
+    g_device->CompleteAll("!");
+    subtask_wait.join();
+    REQUIRE_MESSAGE(gathered.ok(), gathered.status().ToString());
+    CHECK(*gathered == "gather:x!");
+
+    auto raw = (*b)->Call(0, static_cast<uint32_t>(AdminMethod::kRuntimeStats), "");
+    REQUIRE(raw.ok());
+    auto st = DecodeRuntimeStats(*raw);
+    REQUIRE(st.ok());
+    CHECK(st->async_tasks == 2);
+    CHECK(st->workers_added == 0);
+    CHECK(st->slow_tasks == 0);
+  }
+  (void)rt.StopPools();
+  std::filesystem::remove_all(dir);
 }

@@ -41,15 +41,22 @@ class StatsPool final : public clio::Pool {
     // Everything else goes to the next pool, timed and counted.
     const auto t0 = std::chrono::steady_clock::now();
     clio::Result<std::string> r = next_->Handle(method, payload);
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    std::lock_guard<std::mutex> l(mu_);
-    Counters& c = by_method_[method];
-    ++c.calls;
-    if (!r.ok()) ++c.errors;
-    c.bytes_in += payload.size();
-    c.bytes_out += r.ok() ? r->size() : 0;
-    c.total_us += us;
+    Count(method, payload.size(), r, t0);
     return r;
+  }
+
+  // A method the next pool runs asynchronously stays asynchronous through this one: the
+  // request's coroutine yields until the next pool's task ends, and is counted then.
+  bool IsAsync(uint32_t method) const override {
+    return method != kMonitor && method != kResetStats && next_->IsAsync(method);
+  }
+  void HandleAsync(uint32_t method, std::string payload, Done done) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t in = payload.size();
+    next_->HandleAsync(method, std::move(payload), [this, method, in, t0, done](clio::Result<std::string> r) {
+      Count(method, in, r, t0);
+      done(std::move(r));
+    });
   }
 
   std::string MonitorJson() const override {
@@ -75,6 +82,17 @@ class StatsPool final : public clio::Pool {
   std::string Describe() const override { return "statistics in front of " + next_->name(); }
 
  private:
+  void Count(uint32_t method, size_t in, const clio::Result<std::string>& r, std::chrono::steady_clock::time_point t0) {
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> l(mu_);
+    Counters& c = by_method_[method];
+    ++c.calls;
+    if (!r.ok()) ++c.errors;
+    c.bytes_in += in;
+    c.bytes_out += r.ok() ? r->size() : 0;
+    c.total_us += us;
+  }
+
   struct Counters {
     uint64_t calls = 0, errors = 0, bytes_in = 0, bytes_out = 0;
     double total_us = 0;
