@@ -209,9 +209,7 @@ TEST_CASE("HTTP actions need the token; with it they make, call and destroy pool
                                 "t");
   REQUIRE(cfg.ok());
   Runtime rt(std::move(cfg).value());
-  rt.RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
-    return std::unique_ptr<Pool>(new EchoPool);
-  });
+  rt.RegisterModule("echo", testing::Makes<EchoPool>());
   REQUIRE(rt.Compose().ok());
   testing::ServingThread serve(&rt);
   std::string token;

@@ -36,9 +36,7 @@ struct RuntimeFixture {
     auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: 0\ncompose:\n  - mod_name: echo\n    pool_name: e\n    pool_id: \"7.0\"\n", "t");
     REQUIRE(cfg.ok());
     rt = std::make_unique<Runtime>(std::move(cfg).value());
-    rt->RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
-      return std::unique_ptr<Pool>(new EchoPool);
-    });
+    rt->RegisterModule("echo", testing::Makes<EchoPool>());
     REQUIRE(rt->Compose().ok());
     serve.Start(rt.get());
   }

@@ -72,9 +72,7 @@ TEST_CASE("on one node, a query that names this node's container runs; one that 
                                 "q.yaml");
   REQUIRE(cfg.ok());
   Runtime rt(std::move(cfg).value());
-  rt.RegisterModule("choose", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
-    return std::unique_ptr<Pool>(new ChoosingPool);
-  });
+  rt.RegisterModule("choose", testing::Makes<ChoosingPool>());
   REQUIRE(rt.Compose().ok());
   {
     testing::ServingThread serve(&rt);

@@ -12,6 +12,15 @@
 
 namespace clio::testing {
 
+// A module factory making a new P (constructed from `args`) for each compose entry: test pools
+// that read no keys.
+template <typename P, typename... Args>
+ModuleFactory Makes(Args... args) {
+  return [=](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
+    return std::unique_ptr<Pool>(new P(args...));
+  };
+}
+
 class ServingThread {
  public:
   ServingThread() = default;

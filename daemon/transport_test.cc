@@ -90,9 +90,7 @@ struct Node {
                                   "t.yaml");
     REQUIRE_MESSAGE(cfg.ok(), cfg.status().ToString());
     rt = std::make_unique<Runtime>(std::move(cfg).value());
-    rt->RegisterModule("echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
-      return std::unique_ptr<Pool>(new EchoPool);
-    });
+    rt->RegisterModule("echo", testing::Makes<EchoPool>());
     REQUIRE(rt->Compose().ok());
     serve.Start(rt.get());
   }

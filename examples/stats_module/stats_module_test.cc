@@ -197,9 +197,7 @@ TEST_CASE("the example module stays asynchronous in front of a pool that answers
                                 "a.yaml");
   REQUIRE(cfg.ok());
   Runtime rt(std::move(cfg).value());
-  rt.RegisterModule("async_echo", [](const ComposeEntry&, const std::string&, PoolRegistry&) -> Result<std::unique_ptr<Pool>> {
-    return std::unique_ptr<Pool>(new AsyncEcho);
-  });
+  rt.RegisterModule("async_echo", testing::Makes<AsyncEcho>());
   REQUIRE(rt.Compose().ok());
   {
     testing::ServingThread serve(&rt);
