@@ -266,49 +266,59 @@ class Server::Impl {
       // The pool's task waits on something: this coroutine yields until it ends; the worker
       // serves its other connections meanwhile.
       ++async_tasks_;
-      auto ex = co_await asio::this_coro::executor;
-      using Out = std::shared_ptr<Result<std::string>>;
-      Out out = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Out)>(
-          [this, ex, pool, method, context, query, body](auto handler) {
-            auto done = std::make_shared<decltype(handler)>(std::move(handler));
-            ScopedRequest scope(context);
-            async_.start(pool, method, std::string(body), query, [ex, done](Result<std::string> r) {
-              auto result = std::make_shared<Result<std::string>>(std::move(r));
-              asio::post(ex, [done, result] { std::move(*done)(result); });
-            });
-          },
-          asio::use_awaitable);
-      co_return std::move(*out);
+      co_return co_await AwaitElsewhere([this, pool, method, context, query, body](Answered answered) {
+        ScopedRequest scope(context);
+        async_.start(pool, method, std::string(body), query, std::move(answered));
+      });
     }
     if (costs_.Slow(pool, method)) {
-      auto ex = co_await asio::this_coro::executor;
-      using Out = std::shared_ptr<Result<std::string>>;
-      Out out = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Out)>(
-          [this, ex, pool, method, context, query, body](auto handler) {
-            auto done = std::make_shared<decltype(handler)>(std::move(handler));
-            slow_.Submit([this, ex, pool, method, context, query, payload = std::string(body), done] {
-              const int64_t t0 = NowNs();
-              ScopedRequest scope(context);
-              Out r = std::make_shared<Result<std::string>>(dispatch_(pool, method, payload, query));
-              Learn(pool, method, r->status(), t0);
-              ++slow_tasks_;  // before the answer: whoever gets it sees the task counted
-              asio::post(ex, [done, r] { std::move(*done)(r); });
-            });
-          },
-          asio::use_awaitable);
-      co_return std::move(*out);
+      co_return co_await AwaitElsewhere([this, pool, method, context, query, body](Answered answered) {
+        slow_.Submit([this, pool, method, context, query, payload = std::string(body), answered = std::move(answered)] {
+          const int64_t t0 = NowNs();
+          ScopedRequest scope(context);
+          Result<std::string> r = dispatch_(pool, method, payload, query);
+          Learn(pool, method, r.status(), t0);
+          ++slow_tasks_;  // before the answer: whoever gets it sees the task counted
+          answered(std::move(r));
+        });
+      });
     }
     const int64_t t0 = NowNs();
     WorkerSlots* slots = t_slots;
     const int slot = t_slot;
     if (slots) slots->busy_since_ns[slot].store(t0);
-    Result<std::string> r = [&] {
+    Result<std::string> r = Status(Code::kInternal, "unanswered");
+    {
       ScopedRequest scope(context);
-      return dispatch_(pool, method, body, query);
-    }();
+      r = dispatch_(pool, method, body, query);
+    }
     if (slots) slots->busy_since_ns[slot].store(0);
     Learn(pool, method, r.status(), t0);
     co_return r;
+  }
+
+  // Runs `start` (which hands the answer, once, to the callback it gets, from any thread) and
+  // waits for the answer without holding the worker. The answer reaches this coroutine through
+  // a post to its own executor (the connection's strand), which wakes a timer it waits on:
+  // plain co_awaits only (g++ 12 mishandles temporaries in fancier co_await expressions).
+  using Answered = std::function<void(Result<std::string>)>;
+  asio::awaitable<Result<std::string>> AwaitElsewhere(std::function<void(Answered)> start) {
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer signal(ex, asio::steady_timer::time_point::max());
+    auto result = std::make_shared<std::optional<Result<std::string>>>();
+    asio::steady_timer* wake = &signal;  // lives until the answer came: this frame waits for it
+    start([ex, result, wake](Result<std::string> r) {
+      auto answer = std::make_shared<Result<std::string>>(std::move(r));
+      asio::post(ex, [result, wake, answer] {
+        *result = std::move(*answer);
+        wake->cancel();
+      });
+    });
+    boost::system::error_code ec;
+    // The answer may come (posted) before the wait begins: its post runs after this coroutine
+    // suspends, so the cancel always finds the wait; the loop guards against anything else.
+    while (!result->has_value()) co_await signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_return std::move(**result);
   }
 
   // A request that ran (not one refused for an unknown pool or method, which a client may
