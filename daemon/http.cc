@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "daemon/token.h"
 
 namespace clio {
 namespace {
@@ -49,15 +50,6 @@ struct Routes {
 };
 
 constexpr size_t kMaxActionBody = 64u << 20;
-
-// Constant time in the longer of the two.
-bool SameToken(const std::string& given, const std::string& token) {
-  const size_t n = std::max(given.size(), token.size());
-  unsigned char diff = given.size() == token.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i)
-    diff |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ (i < token.size() ? token[i] : 0));
-  return diff == 0;
-}
 
 class Handler : public Poco::Net::HTTPRequestHandler {
  public:
@@ -106,7 +98,7 @@ class Handler : public Poco::Net::HTTPRequestHandler {
       return Reply(resp, HTTPResponse::HTTP_UNAUTHORIZED, "text/plain",
                    "send Authorization: Bearer <the token of runtime.token_file>\n");
     }
-    if (!SameToken(auth.substr(7), routes_->token)) {
+    if (!TokensMatch(auth.substr(7), routes_->token)) {
       CLIO_LOG_WARN("HTTP {} {}: wrong token", req.getMethod(), path);
       return Reply(resp, HTTPResponse::HTTP_FORBIDDEN, "text/plain", "wrong token\n");
     }

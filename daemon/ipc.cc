@@ -21,6 +21,7 @@
 #include "common/codec.h"
 #include "daemon/config.h"
 #include "daemon/shm_channel.h"
+#include "daemon/token.h"
 
 namespace clio {
 namespace {
@@ -94,19 +95,6 @@ Result<int> ConnectTcp(const std::string& host, uint32_t port) {
   ::freeaddrinfo(res);
   return Unavailable("the CLIO runtime does not answer on TCP " + host + ":" + service + " (" + last +
                      "); is runtime.tcp_port set and the runtime started?");
-}
-
-// The runtime's token: the file's first line, without surrounding blanks.
-Result<std::string> ReadToken(const std::string& path) {
-  if (path.empty()) return InvalidArgument("no runtime.token_file to read the TCP token from");
-  std::ifstream in(path);
-  if (!in) return Status(Code::kPermissionDenied, "cannot read the runtime's token " + path + ": " + std::strerror(errno) +
-                                                       " (TCP clients need it: root, or a copy readable by the user)");
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-  if (line.empty()) return InvalidArgument("the runtime's token file " + path + " is empty");
-  return line;
 }
 
 }  // namespace
@@ -266,7 +254,7 @@ Result<std::unique_ptr<RuntimeClient>> RuntimeClient::Connect(const Options& opt
   if (c->wanted_ == IpcMode::kTcp || (c->wanted_ == IpcMode::kAuto && options.tcp_port != 0)) {
     // Read once, now: a forced TCP client without the right to read it says so at once; an
     // auto client without it simply cannot fall back to TCP.
-    auto t = ReadToken(options.token_file);
+    auto t = ReadTokenFile(options.token_file);
     if (t.ok()) c->token_ = *t;
     else if (c->wanted_ == IpcMode::kTcp) return t.status();
   }

@@ -26,6 +26,7 @@
 #include "daemon/ipc.h"
 #include "daemon/module.h"
 #include "daemon/server.h"
+#include "daemon/token.h"
 
 namespace clio {
 
@@ -93,11 +94,10 @@ Status ReplaceFileDurably(const std::string& path, std::string_view bytes) {
 // The node's token (runtime.token_file): read, or made once (32 random bytes in hex, mode
 // 0600, written durably) so that TCP clients and the mutating HTTP API can be checked.
 Result<std::string> EnsureToken(const std::string& path) {
-  std::ifstream in(path);
-  if (in) {
-    std::string line;
-    std::getline(in, line);
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  if (::access(path.c_str(), F_OK) == 0) {
+    auto read = ReadTokenFile(path);
+    if (!read.ok() && read.status().code() != Code::kInvalidArgument) return read.status();  // unreadable
+    const std::string line = read.ok() ? *read : std::string();  // an empty file is a short token
     if (line.size() < 16)
       return ConfigError(path + ": the token (runtime.token_file) is shorter than 16 characters; remove the "
                                 "file and the runtime makes a new one");
@@ -591,6 +591,23 @@ Pool* Runtime::FindById(uint32_t id) {
   return s ? s->pool.get() : nullptr;
 }
 
+std::shared_ptr<Runtime::PoolSlot> Runtime::EnterSlot(uint32_t pool) {
+  ReaderLock r(&mu_);
+  for (const auto& s : pools_) {
+    if (s->pool->id() != pool) continue;
+    ++s->inflight;  // under mu_: a destroy that took the slot out waits for it
+    return s;
+  }
+  return nullptr;
+}
+
+void Runtime::LeaveSlot(PoolSlot& slot) {
+  if (--slot.inflight == 0 && slot.retiring) {
+    MutexLock i(&idle_mu_);
+    idle_cv_.NotifyAll();
+  }
+}
+
 Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::string_view payload,
                                       const PoolQuery& query) {
   if (pool == 0) {
@@ -600,39 +617,21 @@ Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::strin
                              std::string(PoolQueryName(query.kind)) + " names no node of this runtime");
     return HandleAdmin(method, payload);
   }
-  std::shared_ptr<PoolSlot> slot;
-  {
-    ReaderLock r(&mu_);
-    for (const auto& s : pools_)
-      if (s->pool->id() == pool) slot = s;
-    if (slot) ++slot->inflight;  // under mu_: a destroy that took the slot out waits for it
-  }
+  std::shared_ptr<PoolSlot> slot = EnterSlot(pool);
   if (!slot) return NotFound("no pool with id " + std::to_string(pool));
   Status routed = RouteHere(*slot->pool, method, payload, query);
   Result<std::string> r = routed.ok() ? slot->pool->Handle(method, payload) : Result<std::string>(routed);
-  if (--slot->inflight == 0 && slot->retiring) {
-    MutexLock i(&idle_mu_);
-    idle_cv_.NotifyAll();
-  }
+  LeaveSlot(*slot);
   return r;
 }
 
 void Runtime::DispatchAsync(uint32_t pool, uint32_t method, std::string payload, const PoolQuery& query,
                             Pool::Done done) {
-  std::shared_ptr<PoolSlot> slot;
-  {
-    ReaderLock r(&mu_);
-    for (const auto& s : pools_)
-      if (s->pool->id() == pool) slot = s;
-    if (slot) ++slot->inflight;  // until the task ends: a destroy waits for it
-  }
+  std::shared_ptr<PoolSlot> slot = EnterSlot(pool);  // left when the task ends
   if (!slot) return done(NotFound("no pool with id " + std::to_string(pool)));
   auto finish = [this, slot, done = std::move(done)](Result<std::string> r) {
     done(std::move(r));
-    if (--slot->inflight == 0 && slot->retiring) {
-      MutexLock i(&idle_mu_);
-      idle_cv_.NotifyAll();
-    }
+    LeaveSlot(*slot);
   };
   Status routed = RouteHere(*slot->pool, method, payload, query);
   if (!routed.ok()) return finish(routed);

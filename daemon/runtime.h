@@ -116,6 +116,10 @@ class Runtime : public PoolRegistry {
   // not running; if the pool log holds it, it is created now. Whether it was.
   bool RecreateOnDemand(std::string_view name, uint32_t id) REQUIRES(compose_mu_);
   std::shared_ptr<PoolSlot> SlotById(uint32_t id) const EXCLUDES(mu_);
+  // A request enters its pool's slot (counted in flight, so a destroy waits for it) and leaves
+  // it when it ends. Null when no pool has the id.
+  std::shared_ptr<PoolSlot> EnterSlot(uint32_t pool) EXCLUDES(mu_);
+  void LeaveSlot(PoolSlot& slot);
   std::vector<std::shared_ptr<PoolSlot>> Slots() const EXCLUDES(mu_);
   // A lookup by a pool's own registry: recorded, so the pool found cannot be destroyed first.
   Pool* LookUp(PoolSlot* user, std::string_view name, uint32_t id) EXCLUDES(mu_);

@@ -26,6 +26,7 @@
 #include "daemon/ipc.h"
 #include "daemon/pool.h"
 #include "daemon/shm_channel.h"
+#include "daemon/token.h"
 #include "daemon/workers.h"
 
 namespace clio {
@@ -73,19 +74,6 @@ bool IsTransportMethod(const RequestHeader& h) {
 }
 
 bool IsStop(const RequestHeader& h) { return h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop); }
-
-// Constant-time comparison: a TCP client learns nothing from how long a wrong token took,
-// not even its length (every byte of the longer is compared).
-bool SameToken(std::string_view given, std::string_view token) {
-  const size_t n = std::max(given.size(), token.size());
-  unsigned char diff = given.size() == token.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char a = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    const unsigned char b = i < token.size() ? static_cast<unsigned char>(token[i]) : 0;
-    diff |= static_cast<unsigned char>(a ^ b);
-  }
-  return diff == 0;
-}
 
 // One I/O worker: an io_context, its connections, and the threads running it (one, plus those
 // the monitor adds while it is stuck).
@@ -222,11 +210,7 @@ class Server::Impl {
     s.malformed_frames = malformed_.load();
     s.reaped_clients = reaped_.load();
     s.tcp_port = tcp_port_;
-    for (const auto& h : homes_) {
-      int running = 0;
-      (void)h->slots.Stuck(0, &running);
-      if (running > 1) s.extra_workers += static_cast<uint32_t>(running - 1);
-    }
+    for (const auto& h : homes_) s.extra_workers += static_cast<uint32_t>(std::max(h->slots.Running() - 1, 0));
     s.workers_added = workers_added_.load();
     s.slow_threads = slow_.threads();
     s.slow_tasks = slow_tasks_.load();
@@ -522,7 +506,7 @@ class Server::Impl {
     if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
       CLIO_ASSIGN_OR_RETURN(std::string token, DecodeHello(payload));
       if (!std::is_same_v<Socket, TcpSocket>) return std::string();  // Unix: nothing to prove
-      if (!SameToken(token, options_.token)) {
+      if (!TokensMatch(token, options_.token)) {
         CLIO_LOG_WARN("TCP client presented a wrong token: connection closed");
         return Status(Code::kPermissionDenied, "wrong token (the runtime's runtime.token_file)");
       }

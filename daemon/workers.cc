@@ -121,6 +121,12 @@ bool WorkerSlots::Stuck(int64_t stuck_before_ns, int* running) const {
   return run > 0 && stuck == run;
 }
 
+int WorkerSlots::Running() const {
+  int n = 0;
+  for (const auto& s : busy_since_ns) n += s.load() >= 0;
+  return n;
+}
+
 bool WorkerSlots::AnotherIdle(int slot) const {
   for (int i = 0; i < kMaxThreads; ++i)
     if (i != slot && busy_since_ns[i].load() == 0) return true;

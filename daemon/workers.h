@@ -81,6 +81,8 @@ struct WorkerSlots {
   // Threads running the worker now, and how many of them are inside a task since before
   // `stuck_before_ns` (all of them: the worker is stuck).
   bool Stuck(int64_t stuck_before_ns, int* running) const;
+  // Threads running the worker now.
+  int Running() const;
   // Whether a thread other than `slot` is running the worker and between tasks.
   bool AnotherIdle(int slot) const;
   std::atomic<int64_t> busy_since_ns[kMaxThreads];
