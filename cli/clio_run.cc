@@ -1,5 +1,5 @@
-// clio_run: the runtime daemon. `start [--foreground] [--fresh]`, `stop`, `status`,
-// `compose start|stop FILE` (the same as clioctl's).
+// clio_run: the runtime daemon. `start [--foreground] [--fresh] [--mount DIR [-o OPTS]]`,
+// `stop`, `status`, `compose start|stop FILE` (the same as clioctl's).
 // This is the composition root: the only place that names every module's factory.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -24,6 +25,7 @@
 #include "daemon/service_notify.h"
 #include "daemon/runtime.h"
 #include "fs/fs_pool.h"
+#include "fs/fuse_session.h"
 #include "placement/cte_pool.h"
 #include "storage/bdev_pool.h"
 #include "storage/safe/safe_pool.h"
@@ -36,7 +38,14 @@ std::string PidFile(const RuntimeConfig& cfg) { return cfg.state_dir + "/clio_ru
 
 // Runs the runtime in this process until it stops. `ready_fd` (if >= 0) receives one byte
 // "0" when serving, or an error message, so a parent can report start-up failures.
-int RunRuntime(RuntimeConfig cfg, int ready_fd) {
+// With --mount: how long a stop waits for files still open on the runtime's own mount to be
+// closed before it aborts the FUSE connection.
+constexpr int kMountStopGraceMs = 5000;
+
+// `mount` (if set): the runtime serves the filesystem on that mount itself (in-runtime mode):
+// each FUSE request runs the namespace pool's handler on the session's thread, with no hop to
+// another process. Mounted once the runtime serves; unmounted before its pools stop.
+int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOptions>& mount) {
   auto report = [&](const std::string& msg) {
     if (ready_fd >= 0) {
       std::string m = msg.empty() ? std::string("0") : "1" + msg;
@@ -76,14 +85,46 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
     return s.code() == Code::kConfigError ? 2 : 1;
   }
   const std::string socket_path = rt.config().socket_path;
+  std::unique_ptr<FuseMount> fuse;
+  Status mounted;
   s = rt.Serve([&] {
+    if (mount) {
+      Pool* fs = rt.FindByName("clio_fs");
+      if (fs == nullptr) {
+        mounted = NotFound("--mount: the runtime serves no filesystem pool 'clio_fs'");
+      } else {
+        const uint32_t id = fs->id();
+        auto m = FuseMount::Mount(*mount, [&rt, id](FsMethod method, std::string_view payload) {
+          return rt.Dispatch(id, static_cast<uint32_t>(method), payload);
+        });
+        if (m.ok()) {
+          fuse = std::move(m).value();
+          fuse->Start(16);
+          CLIO_LOG_INFO("mounted the filesystem on {} (in-runtime FUSE session)", fuse->mountpoint());
+        } else {
+          mounted = m.status();
+        }
+      }
+      if (!mounted.ok()) {
+        CLIO_LOG_ERROR("{}", mounted.ToString());
+        report(mounted.ToString());
+        rt.RequestStop();
+        return;
+      }
+    }
     std::ofstream(pidfile) << getpid() << "\n";
     report("");
-    NotifyReady("serving on " + socket_path);
+    NotifyReady(fuse ? "serving on " + socket_path + ", mounted on " + fuse->mountpoint()
+                     : "serving on " + socket_path);
   });
   if (!s.ok()) {
     CLIO_LOG_ERROR("{}", s.ToString());
     report(s.ToString());
+  }
+  if (fuse) {
+    CLIO_LOG_INFO("unmounting {}", fuse->mountpoint());
+    fuse->Stop(kMountStopGraceMs);
+    fuse.reset();
   }
   CLIO_LOG_INFO("stopping: flushing volatile tiers and committing metadata");
   NotifyStopping("stopping: flushing volatile tiers and committing metadata");
@@ -95,10 +136,10 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd) {
     return 1;
   }
   CLIO_LOG_INFO("stopped cleanly");
-  return s.ok() ? 0 : 1;
+  return s.ok() && mounted.ok() ? 0 : 1;
 }
 
-int Start(RuntimeConfig cfg, bool foreground, bool fresh) {
+int Start(RuntimeConfig cfg, bool foreground, bool fresh, const std::optional<FuseMountOptions>& mount) {
   if (fresh) {
     // The runtime's own state: the pools created at run time. Volatile tiers start empty
     // anyway; the filesystem (metadata and persistent tiers) is never touched.
@@ -109,7 +150,7 @@ int Start(RuntimeConfig cfg, bool foreground, bool fresh) {
       CLIO_LOG_WARN("--fresh: cannot remove {}: {}", log, std::strerror(errno));
     CLIO_LOG_INFO("--fresh: volatile tiers start empty; the filesystem is kept");
   }
-  if (foreground) return RunRuntime(std::move(cfg), -1);
+  if (foreground) return RunRuntime(std::move(cfg), -1, mount);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("clio_run: pipe");
@@ -127,7 +168,7 @@ int Start(RuntimeConfig cfg, bool foreground, bool fresh) {
     if (null >= 0) ::dup2(null, 0);
     // stderr stays: logs go wherever the caller sent them (journald under systemd).
     if (::fork() > 0) _exit(0);  // the grandchild is not a session leader
-    _exit(RunRuntime(std::move(cfg), fds[1]));
+    _exit(RunRuntime(std::move(cfg), fds[1], mount));
   }
   ::close(fds[1]);
   int st = 0;
@@ -197,6 +238,12 @@ int Main(int argc, char** argv) {
   auto* start = app.add_subcommand("start", "start the runtime (daemonizes once serving unless --foreground)");
   start->add_flag("--foreground,-f", foreground, "stay in the foreground (systemd)");
   start->add_flag("--fresh", fresh, "discard the runtime's own state; never the filesystem");
+  std::string mount_dir, mount_opts;
+  start->add_option("--mount", mount_dir,
+                    "serve the filesystem on this mount point from the runtime itself (in-runtime FUSE "
+                    "session: no hop to clio-fuse; the mount goes away when the runtime stops)");
+  start->add_option("-o,--mount-options", mount_opts, "with --mount: clio-fuse's -o options (allow_other, "
+                    "attr_timeout=S, entry_timeout=S, negative_timeout=S)")->needs("--mount");
   auto* stop = app.add_subcommand("stop", "stop the runtime gracefully, flushing all data");
   auto* status = app.add_subcommand("status", "show whether the runtime runs and its pools");
   auto* compose = app.add_subcommand("compose", "create or destroy the pools of a compose file while the runtime serves");
@@ -216,7 +263,24 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "clio_run: %s\n", cfg.status().message().c_str());
     return 2;
   }
-  if (*start) return Start(std::move(cfg).value(), foreground, fresh);
+  std::optional<FuseMountOptions> mount;
+  if (*start && !mount_dir.empty()) {
+    mount.emplace();
+    mount->mountpoint = mount_dir;
+    Status o = ApplyMountOptions(mount_opts, &*mount);
+    if (o.ok() && !mount->conf.empty()) o = InvalidArgument("-o conf is clio-fuse's; clio_run reads CLIO_CONF");
+    if (!o.ok()) {
+      std::fprintf(stderr, "clio_run: %s\n", o.message().c_str());
+      return 2;
+    }
+    // Checked here too, so that a bad mount point fails the command, not the daemon.
+    auto real = CheckMountPoint(mount_dir);
+    if (!real.ok()) {
+      std::fprintf(stderr, "clio_run: %s\n", real.status().message().c_str());
+      return 1;
+    }
+  }
+  if (*start) return Start(std::move(cfg).value(), foreground, fresh, mount);
   if (*stop) return Stop(*cfg);
   if (*status) return StatusCmd(*cfg);
   if (*cstart || *cstop) {

@@ -322,9 +322,19 @@ class Env:
     def runtime_status(self):
         return run_cmd([self.clio_run, "status"], env=self.env()).returncode
 
-    def start_runtime(self):
-        cp = run_cmd([self.clio_run, "start"], env=self.env(), keep_as=self.logs("clio_run"))
+    def start_runtime(self, mount=None, options=()):
+        """Starts clio_run; with `mount`, the runtime serves the filesystem on that directory
+        itself (clio_run start --mount, options as -o)."""
+        argv = [self.clio_run, "start"]
+        if mount:
+            self.mountpoints.add(mount)
+            argv += ["--mount", mount] + (["-o", ",".join(options)] if options else [])
+        cp = run_cmd(argv, env=self.env(), keep_as=self.logs("clio_run"))
         check(cp.returncode == 0, "clio_run start failed\n" + describe(cp))
+        if mount:
+            check(is_mounted(mount), f"clio_run start --mount returned before {mount} was mounted")
+            fstype = mount_entries(mount)[-1][0]
+            check(fstype == "fuse.clio", f"{mount} is mounted with type {fstype!r}, not fuse.clio")
         wait_until(lambda: self.runtime_status() == 0, "`clio_run status` to report running")
         pid = wait_until(lambda: self.runtime_pid(), f"pid file {self.pid_file()}")
         check(pid_alive(pid), f"pid {pid} in {self.pid_file()} is not a live process")

@@ -10,6 +10,11 @@
               runtime.module_dir with `clioctl pool create`, standing in front of a bdev pool:
               requests sent to it reach the device and show in its counters on /api/v1/status;
               the device cannot be destroyed under it.
+  in_runtime  `clio_run start --mount DIR`, the runtime serving the mount itself: bad mount
+              points and options refused at start; files written, read back and intact after
+              a stop and start; a stop with a file still open ends its reads with ENOTCONN
+              and takes the mount away; an unmount from outside leaves the runtime serving;
+              after kill -9 the dead mount is named as such until it is unmounted.
 
 Usage:
     python3 tests/integration/runtime_e2e_test.py --build-dir build [--only SCENARIO] [--keep]
@@ -32,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test as e2e  # noqa: E402
 from e2e_test import KiB, MiB, check, check_exact, describe, free_port, log, run_cmd, _text  # noqa: E402
 
-SCENARIOS = ("transports", "module")
+SCENARIOS = ("transports", "module", "in_runtime")
 
 
 def _runtime_keys(env, text):
@@ -240,7 +245,88 @@ def scenario_module(env):
     env.stop_runtime()
 
 
-FUNCS = {"transports": scenario_transports, "module": scenario_module}
+def scenario_in_runtime(env):
+    env.check_binaries(env.clio_run, env.clioctl)
+    env.write_config()
+    mnt = env.mnt
+    # Refused at start, naming the cause; nothing keeps running.
+    for argv, code, words in (
+            (["--mount", os.path.join(env.T, "nowhere")], 1, "does not exist"),
+            (["--mount", mnt, "-o", "attr_timeout=soon"], 2, "bad value in -o attr_timeout=soon"),
+            (["--mount", mnt, "-o", "conf=/etc/x.yaml"], 2, "-o conf is clio-fuse's"),
+            (["-o", "allow_other"], 2, "--mount")):
+        cp = run_cmd([env.clio_run, "start"] + argv, env=env.env())
+        out = _text(cp.stdout) + _text(cp.stderr)
+        check(cp.returncode == code and words in out,
+              f"clio_run start {argv}: expected exit {code} naming {words!r}\n" + describe(cp))
+        check(env.runtime_status() != 0, f"a runtime runs after the refused start {argv}")
+        check(not e2e.is_mounted(mnt), f"{mnt} mounted after the refused start {argv}")
+
+    env.start_runtime(mount=mnt)
+    files = {f"f{i}.bin": os.urandom(i * 70 * KiB + 13) for i in range(1, 6)}
+    os.mkdir(os.path.join(mnt, "dir"))
+    for rel, data in files.items():
+        _write(os.path.join(mnt, "dir", rel), data)
+    os.rename(os.path.join(mnt, "dir", "f1.bin"), os.path.join(mnt, "dir", "g1.bin"))
+    files["g1.bin"] = files.pop("f1.bin")
+    for rel, data in files.items():
+        check_exact(os.path.join(mnt, "dir", rel), data, "on the runtime's own mount")
+    check(sorted(os.listdir(os.path.join(mnt, "dir"))) == sorted(files), "listing of dir")
+    check(_stat(env)["client_connections"] >= 1, "clioctl stat beside the runtime's mount")
+
+    # A stop with a file open: the runtime waits a moment, then ends the connection; the
+    # holder's next read fails with ENOTCONN rather than hanging, and the mount is gone.
+    holder = open(os.path.join(mnt, "dir", "f2.bin"), "rb")
+    try:
+        env.stop_runtime()
+        check(not e2e.is_mounted(mnt), "the mount outlived the runtime's stop")
+        try:
+            holder.read()
+            check(False, "a read of a file held open across the stop succeeded")
+        except OSError as e:
+            check(e.errno in (errno.ENOTCONN, errno.ECONNABORTED), f"read after the stop: {e} (expected ENOTCONN)")
+    finally:
+        try:
+            holder.close()
+        except OSError:
+            pass
+
+    env.start_runtime(mount=mnt)
+    for rel, data in files.items():
+        check_exact(os.path.join(mnt, "dir", rel), data, "after a stop and start")
+    # An unmount from outside ends the session, not the runtime.
+    cp = run_cmd(["fusermount3", "-u", mnt])
+    check(cp.returncode == 0, "fusermount3 -u of the runtime's mount\n" + describe(cp))
+    check(not e2e.is_mounted(mnt), "still mounted after fusermount3 -u")
+    check(env.runtime_status() == 0, "the runtime stopped when its mount was unmounted")
+    env.stop_runtime()
+
+    # kill -9: the kernel keeps a dead mount; a start names it instead of calling it missing.
+    env.start_runtime(mount=mnt)
+    late = os.urandom(3 * MiB + 5)
+    _write(os.path.join(mnt, "late.bin"), late)
+    env.kill9_runtime()
+    try:
+        os.listdir(mnt)
+        check(False, "the mount answered after its runtime was killed")
+    except OSError as e:
+        # The first access after the abort may say ECONNABORTED, later ones ENOTCONN.
+        check(e.errno in (errno.ENOTCONN, errno.ECONNABORTED), f"listdir of the dead mount: {e}")
+    cp = run_cmd([env.clio_run, "start", "--mount", mnt], env=env.env())
+    check(cp.returncode != 0 and "dead FUSE mount" in _text(cp.stderr),
+          "start on the dead mount should name it\n" + describe(cp))
+    cp = run_cmd(["fusermount3", "-u", mnt])
+    check(cp.returncode == 0, "fusermount3 -u of the dead mount\n" + describe(cp))
+    env.start_runtime(mount=mnt)
+    check_exact(os.path.join(mnt, "late.bin"), late, "fsynced before kill -9")
+    for rel, data in files.items():
+        check_exact(os.path.join(mnt, "dir", rel), data, "after kill -9 and a start")
+    env.stop_runtime()
+    check(not e2e.is_mounted(mnt), "mounted after the last stop")
+    log("in-runtime mount: refusals, data across stop/start and kill -9, open file at stop, outside unmount")
+
+
+FUNCS = {"transports": scenario_transports, "module": scenario_module, "in_runtime": scenario_in_runtime}
 
 
 def main(argv=None):

@@ -3,12 +3,14 @@
 
     sudo python3 tests/posix/run_posix.py --build-dir build [--user clio-test] [--only GROUPS]
                                           [--skip-tmpfs] [--skip-programs] [--keep]
+                                          [--in-runtime]
 
 1. Mounts a fresh tmpfs and runs tests/posix/conformance.py on it as root and as an
    unprivileged user (--user, created with useradd -r if missing): the reference, which must
    pass completely.
 2. Starts a CLIO runtime and FUSE mount (-o allow_other) with tests/integration/e2e_test.py's
-   Env and runs the same suite there, as root and as the user.
+   Env and runs the same suite there, as root and as the user. With --in-runtime the runtime
+   serves the mount itself (clio_run start --mount) instead of clio-fuse.
 3. Runs real programs on each mount: git init/add/commit/gc/clone/fsck, tar of a tree in and
    back out compared by sha256 (and mode, mtime, link targets), make -j2 of a generated C
    project.
@@ -393,8 +395,9 @@ def make_remount_tree(root):
     os.utime(p("dir"), (1_200_000_000, 1_200_000_002))   # last, after its parent changed
 
 
-def remount_check(res, env):
-    """CLIO only: what the mount shows before an unmount must be what it shows after."""
+def remount_check(res, env, in_runtime):
+    """CLIO only: what the mount shows before an unmount must be what it shows after (with
+    --in-runtime: before and after a stop and start of the runtime that serves it)."""
     top = os.path.join(env.mnt, "remount")
     def go():
         make_remount_tree(top)
@@ -402,8 +405,13 @@ def remount_check(res, env):
         trees = [t for t in (top, prog) if os.path.isdir(t)]
         before = [(manifest(t), xattr_manifest(t)) for t in trees]
         owner = os.stat(os.path.join(top, "attrs"))
-        env.unmount()
-        env.mount(options=["allow_other"])
+        if in_runtime:
+            env.stop_runtime()
+            assert not e2e_test.is_mounted(env.mnt), "the runtime stopped but its mount stayed"
+            env.start_runtime(mount=env.mnt, options=["allow_other"])
+        else:
+            env.unmount()
+            env.mount(options=["allow_other"])
         for t, (m, x) in zip(trees, before):
             compare_manifests(m, manifest(t), f"{t} after unmount + mount")
             assert x == xattr_manifest(t), f"{t}: xattrs differ after unmount + mount"
@@ -457,8 +465,11 @@ def on_clio(res, args):
         env.check_binaries(env.clio_run, env.clio_fuse)
         os.chmod(env.T, 0o755)                   # the unprivileged user must reach the mount
         env.write_config(env.config_text(ram_capacity="256MB"))
-        env.start_runtime()
-        env.mount(options=["allow_other"])
+        if args.in_runtime:
+            env.start_runtime(mount=env.mnt, options=["allow_other"])
+        else:
+            env.start_runtime()
+            env.mount(options=["allow_other"])
         st = os.stat(env.mnt)
         if stat.S_IMODE(st.st_mode) & 0o005 != 0o005:
             os.chmod(env.mnt, 0o755)
@@ -468,7 +479,7 @@ def on_clio(res, args):
             scratch = os.path.join(env.T, "scratch")
             os.mkdir(scratch)
             run_programs(res, "clio", env.mnt, scratch, keep=True)
-        remount_check(res, env)
+        remount_check(res, env, args.in_runtime)
         # the mount must still be alive after all of it
         try:
             os.listdir(env.mnt)
@@ -491,6 +502,8 @@ def main():
     ap.add_argument("--skip-clio", action="store_true", help="skip the CLIO run")
     ap.add_argument("--skip-programs", action="store_true", help="skip git/tar/make")
     ap.add_argument("--keep", action="store_true", help="keep CLIO's temp dir")
+    ap.add_argument("--in-runtime", action="store_true",
+                    help="mount CLIO from the runtime itself (clio_run start --mount) instead of clio-fuse")
     args = ap.parse_args()
     args.build_dir = os.path.abspath(args.build_dir)
     if os.geteuid() != 0:

@@ -1,0 +1,943 @@
+// The FUSE session (fs/fuse_session.h): the kernel's file operations as requests to the
+// namespace pool, with the few answers this side can give by itself (absent xattrs, clean
+// files, deleted inodes, fresh directory attributes). Stateless apart from those caches and
+// open directory listings, so a runtime restart under clio-fuse does not take the mount down.
+#define FUSE_USE_VERSION 34
+
+#include "fs/fuse_session.h"
+
+#include <fuse3/fuse_lowlevel.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/thread_annotations.h"
+#include "fs/errno_map.h"
+#include "fs/fs_protocol.h"
+
+namespace clio {
+namespace {
+
+constexpr uint32_t kReadDirPage = 1024;
+
+// Extended attributes the kernel and common tools ask for on every file, remembered per
+// inode as known to be absent: security.capability before every write(2) (to drop file
+// capabilities), security.selinux and the POSIX ACLs on every `ls -l`. Without this each of
+// those costs a runtime round trip that answers ENODATA. This mount is the only writer of the
+// namespace, so an answer stays true until the mount sets or removes that attribute itself.
+// A set or remove bumps an epoch; a lookup that raced with one is not remembered.
+class AbsentXattrCache {
+ public:
+  static constexpr std::string_view kNames[] = {"security.capability", "security.selinux",
+                                                "system.posix_acl_access",
+                                                "system.posix_acl_default"};
+  // The bit of a tracked name, 0 for any other name.
+  static uint8_t Bit(std::string_view name) {
+    for (size_t i = 0; i < std::size(kNames); ++i) {
+      if (name == kNames[i]) return static_cast<uint8_t>(1u << i);
+    }
+    return 0;
+  }
+  static constexpr uint8_t kAll = (1u << std::size(kNames)) - 1;
+
+  bool Absent(uint64_t ino, uint8_t bit) {
+    MutexLock l(&mu_);
+    auto it = absent_.find(ino);
+    return it != absent_.end() && (it->second & bit) != 0;
+  }
+  uint64_t epoch() {
+    MutexLock l(&mu_);
+    return epoch_;
+  }
+  // Remembers `bits` as absent on `ino`, unless a set or remove happened since `epoch`.
+  void MarkAbsent(uint64_t ino, uint8_t bits, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (absent_.size() >= kMaxEntries) absent_.clear();  // a bound, not an eviction policy
+    absent_[ino] |= bits;
+  }
+  // Before a set or remove of `name` on `ino`.
+  void Changing(uint64_t ino, uint8_t bit) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    auto it = absent_.find(ino);
+    if (it != absent_.end()) it->second &= static_cast<uint8_t>(~bit);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 20;
+  Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, uint8_t> absent_ GUARDED_BY(mu_);
+};
+
+// Files known to have nothing left to flush: a close (FLUSH) of one has no write-back error
+// to report, so it is answered here without a runtime round trip. A file enters when it is
+// created, or when the runtime answers a FLUSH with "clean"; any operation that may change
+// its bytes removes it. An epoch bumped by each such change keeps a FLUSH answer that raced
+// with one from being remembered. Empty after a restart of clio-fuse: every file is asked.
+class KnownCleanFiles {
+ public:
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return clean_.count(ino) != 0;
+  }
+  uint64_t epoch() {
+    MutexLock l(&mu_);
+    return epoch_;
+  }
+  void MarkClean(uint64_t ino, uint64_t epoch) {
+    MutexLock l(&mu_);
+    if (epoch != epoch_) return;
+    if (clean_.size() >= kMaxEntries) clean_.clear();  // a bound, not an eviction policy
+    clean_.insert(ino);
+  }
+  void Changing(uint64_t ino) {
+    MutexLock l(&mu_);
+    ++epoch_;
+    clean_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 20;
+  Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::unordered_set<uint64_t> clean_ GUARDED_BY(mu_);
+};
+
+// Inodes whose last name this mount removed while nobody had them open: they are gone in the
+// runtime. The kernel still sends a SETATTR of their times (writeback-cache mode keeps c/mtime
+// in the kernel and writes them back when it evicts the inode, inside the unlink call); that
+// is answered here (ENOENT, which eviction ignores) instead of costing a round trip.
+// Inode numbers are never reused, so an entry cannot name a newer file; FORGET removes it.
+class DeletedInodes {
+ public:
+  void Add(uint64_t ino) {
+    MutexLock l(&mu_);
+    if (inos_.size() >= kMaxEntries) inos_.clear();  // a bound, not an eviction policy
+    inos_.insert(ino);
+  }
+  bool Has(uint64_t ino) {
+    MutexLock l(&mu_);
+    return inos_.count(ino) != 0;
+  }
+  void Forget(uint64_t ino) {
+    MutexLock l(&mu_);
+    inos_.erase(ino);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1u << 16;
+  Mutex mu_;
+  std::unordered_set<uint64_t> inos_ GUARDED_BY(mu_);
+};
+
+// Directory attributes the runtime returned with a change this mount made (create, unlink,
+// rename). The kernel drops a directory's cached attributes after such a change and asks for
+// them again before the next lookup in it; that GETATTR is answered from here, once. Any other
+// operation that may change a directory removes its entry first. Change counters (per hashed
+// inode, plus one for changes that clear everything) keep a reply that raced with another
+// change of the same directory from being stored; a change of another inode (the kernel's
+// asynchronous time write-back of a file) does not disturb it.
+class FreshDirAttrs {
+ public:
+  struct Stamp {
+    uint64_t all = 0;
+    uint64_t ino = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  // Before an operation that changes `ino`; the stamp to store its reply with.
+  Stamp Changing(uint64_t ino) {
+    MutexLock l(&mu_);
+    ++counters_[Bucket(ino)];
+    attrs_.erase(ino);
+    return StampLocked(ino);
+  }
+  // Before an operation that may change directories not named here (rename, rmdir).
+  void ChangingAll() {
+    MutexLock l(&mu_);
+    ++all_;
+    attrs_.clear();
+  }
+  Stamp Current(uint64_t ino) {
+    MutexLock l(&mu_);
+    return StampLocked(ino);
+  }
+  void Put(uint64_t dir, const InodeAttr& a, const Stamp& stamp) {
+    MutexLock l(&mu_);
+    if (!(StampLocked(dir) == stamp)) return;
+    if (attrs_.size() >= kMaxEntries) attrs_.clear();  // a bound, not an eviction policy
+    attrs_[dir] = a;
+  }
+  bool Take(uint64_t dir, InodeAttr* a) {
+    MutexLock l(&mu_);
+    auto it = attrs_.find(dir);
+    if (it == attrs_.end()) return false;
+    *a = it->second;
+    attrs_.erase(it);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1024;
+  static constexpr size_t kBuckets = 1024;
+  static size_t Bucket(uint64_t ino) { return (ino * 0x9E3779B97F4A7C15ull) >> 54; }
+  Stamp StampLocked(uint64_t ino) REQUIRES(mu_) { return {all_, counters_[Bucket(ino)]}; }
+
+  Mutex mu_;
+  uint64_t all_ GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, kBuckets> counters_ GUARDED_BY(mu_){};
+  std::unordered_map<uint64_t, InodeAttr> attrs_ GUARDED_BY(mu_);
+};
+
+struct FuseState {
+  FsCaller call;
+  FuseMountOptions options;
+  AbsentXattrCache absent_xattrs;
+  KnownCleanFiles clean_files;
+  DeletedInodes deleted;
+  FreshDirAttrs dir_attrs;
+};
+
+FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
+
+Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) { return State(req)->call(m, e.buffer()); }
+
+struct stat ToStat(const InodeAttr& a) {
+  struct stat st {};
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_rdev = static_cast<dev_t>(a.rdev);
+  st.st_blksize = 4096;
+  // Holes cost nothing: blocks count the bytes that hold data, not the size.
+  st.st_blocks = static_cast<blkcnt_t>((a.stored + 511) / 512);
+  st.st_atim = {a.atime_ns / 1000000000, a.atime_ns % 1000000000};
+  st.st_mtim = {a.mtime_ns / 1000000000, a.mtime_ns % 1000000000};
+  st.st_ctim = {a.ctime_ns / 1000000000, a.ctime_ns % 1000000000};
+  return st;
+}
+
+fuse_entry_param ToEntry(fuse_req_t req, const InodeAttr& a) {
+  const FuseMountOptions& o = State(req)->options;
+  fuse_entry_param e{};
+  e.ino = a.ino;
+  e.generation = 1;
+  e.attr = ToStat(a);
+  e.attr_timeout = o.attr_timeout;
+  e.entry_timeout = o.entry_timeout;
+  return e;
+}
+
+void ReplyErr(fuse_req_t req, const Status& s) { fuse_reply_err(req, ToErrno(s)); }
+
+bool DecodeAttrReply(const std::string& body, InodeAttr* a) {
+  Decoder d(body);
+  return DecodeAttr(&d, a) && d.Finish("attr").ok();
+}
+
+void ReplyEntry(fuse_req_t req, const Result<std::string>& r) {
+  if (!r.ok()) return ReplyErr(req, r.status());
+  InodeAttr a;
+  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  fuse_entry_param e = ToEntry(req, a);
+  fuse_reply_entry(req, &e);
+}
+
+void ReplyAttr(fuse_req_t req, const Result<std::string>& r) {
+  if (!r.ok()) return ReplyErr(req, r.status());
+  InodeAttr a;
+  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  struct stat st = ToStat(a);
+  fuse_reply_attr(req, &st, State(req)->options.attr_timeout);
+}
+
+void ReplyStatus(fuse_req_t req, const Result<std::string>& r) {
+  fuse_reply_err(req, r.ok() ? 0 : ToErrno(r.status()));
+}
+
+void OpInit(void*, fuse_conn_info* conn) {
+  if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  conn->max_write = 1u << 20;
+  conn->max_readahead = 1u << 20;
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  auto r = Call(req, FsMethod::kLookup, e);
+  if (!r.ok() && r.status().code() == Code::kNotFound && State(req)->options.negative_timeout > 0) {
+    // A name that does not exist is cached as absent (ino 0) for the negative timeout: this
+    // mount is the namespace's only writer, so a create here invalidates it.
+    fuse_entry_param neg{};
+    neg.entry_timeout = State(req)->options.negative_timeout;
+    return (void)fuse_reply_entry(req, &neg);
+  }
+  ReplyEntry(req, r);
+}
+
+// Inode numbers are stable ids kept by the runtime; the kernel's lookup counts need no
+// bookkeeping here because nothing is cached per inode in this process.
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t) {
+  State(req)->deleted.Forget(ino);
+  fuse_reply_none(req);
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  InodeAttr fresh;
+  if (State(req)->dir_attrs.Take(ino, &fresh)) {
+    struct stat st = ToStat(fresh);
+    return (void)fuse_reply_attr(req, &st, State(req)->options.attr_timeout);
+  }
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  ReplyAttr(req, Call(req, FsMethod::kGetAttr, e));
+}
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  constexpr int kTimesOnly = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+                             FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+  if ((to_set & ~kTimesOnly) == 0 && State(req)->deleted.Has(ino)) {
+    return (void)fuse_reply_err(req, ENOENT);
+  }
+  SetAttrRequest r;
+  if (to_set & FUSE_SET_ATTR_MODE) r.valid |= kSetMode, r.mode = attr->st_mode;
+  if (to_set & FUSE_SET_ATTR_UID) r.valid |= kSetUid, r.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) r.valid |= kSetGid, r.gid = attr->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) r.valid |= kSetSize, r.size = static_cast<uint64_t>(attr->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) r.valid |= kSetAtimeNow;
+  else if (to_set & FUSE_SET_ATTR_ATIME)
+    r.valid |= kSetAtime, r.atime_ns = attr->st_atim.tv_sec * 1000000000LL + attr->st_atim.tv_nsec;
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) r.valid |= kSetMtimeNow;
+  else if (to_set & FUSE_SET_ATTR_MTIME)
+    r.valid |= kSetMtime, r.mtime_ns = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
+  if (r.valid & kSetSize) State(req)->clean_files.Changing(ino);  // truncation rewrites a chunk
+  State(req)->dir_attrs.Changing(ino);
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  EncodeSetAttr(&e, r);
+  ReplyAttr(req, Call(req, FsMethod::kSetAttr, e));
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  auto r = Call(req, FsMethod::kReadlink, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fuse_reply_readlink(req, r->c_str());
+}
+
+void MakeNode(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name, mode_t mode) {
+  State(req)->dir_attrs.Changing(parent);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
+      .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  ReplyEntry(req, Call(req, m, e));
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  MakeNode(req, FsMethod::kMkdir, parent, name, mode);
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.Changing(parent);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).PutBytes(link).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  ReplyEntry(req, Call(req, FsMethod::kSymlink, e));
+}
+
+void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.ChangingAll();  // rmdir: the parent, and the removed directory
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  ReplyStatus(req, Call(req, m, e));
+}
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  FuseState* st = State(req);
+  const FreshDirAttrs::Stamp stamp = st->dir_attrs.Changing(parent);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name);
+  auto r = Call(req, FsMethod::kUnlink, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint64_t gone = 0;
+  InodeAttr dir;
+  if (d.Get(&gone) && DecodeAttr(&d, &dir) && d.Finish("unlink").ok()) {
+    if (gone != 0) st->deleted.Add(gone);
+    st->dir_attrs.Put(parent, dir, stamp);
+  }
+  fuse_reply_err(req, 0);
+}
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kRmdir, parent, name); }
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags) {
+  FreshDirAttrs& fresh = State(req)->dir_attrs;
+  fresh.ChangingAll();
+  const FreshDirAttrs::Stamp from_stamp = fresh.Current(parent), to_stamp = fresh.Current(newparent);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
+  auto r = Call(req, FsMethod::kRename, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint8_t has = 0;
+  InodeAttr from, to;
+  if (d.Get(&has) && has == 1 && DecodeAttr(&d, &from) && DecodeAttr(&d, &to) &&
+      d.Finish("rename").ok()) {
+    if (from.ino == parent) fresh.Put(parent, from, from_stamp);
+    if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
+  }
+  fuse_reply_err(req, 0);
+}
+
+void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  (void)Call(req, FsMethod::kRelease, e);
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  const FreshDirAttrs::Stamp stamp = State(req)->dir_attrs.Changing(parent);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
+      .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  auto r = Call(req, FsMethod::kCreate, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  InodeAttr a, dir;
+  Decoder d(*r);
+  if (!DecodeAttr(&d, &a) || !DecodeAttr(&d, &dir) || !d.Finish("create").ok()) {
+    ReleaseQuietly(req, a.ino);
+    return (void)fuse_reply_err(req, EIO);
+  }
+  State(req)->dir_attrs.Put(parent, dir, stamp);
+  fuse_entry_param ent = ToEntry(req, a);
+  fi->keep_cache = 1;
+  // A new file has no attributes (an inherited default ACL arrives by setxattr, through us).
+  {
+    AbsentXattrCache& c = State(req)->absent_xattrs;
+    c.MarkAbsent(a.ino, AbsentXattrCache::kAll, c.epoch());
+    KnownCleanFiles& k = State(req)->clean_files;
+    k.MarkClean(a.ino, k.epoch());  // nothing written yet
+  }
+  // If the caller was interrupted the kernel never sends release: undo the open here.
+  if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (fi->flags & O_TRUNC) State(req)->clean_files.Changing(ino);
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
+  auto r = Call(req, FsMethod::kOpen, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fi->keep_cache = 1;  // this mount is the only writer of its files
+  if (fuse_reply_open(req, fi) != 0) ReleaseQuietly(req, ino);
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).Put<uint32_t>(static_cast<uint32_t>(size));
+  auto r = Call(req, FsMethod::kRead, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  fuse_reply_buf(req, r->data(), r->size());
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
+  State(req)->clean_files.Changing(ino);
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
+  auto r = Call(req, FsMethod::kWrite, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint32_t written = 0;
+  if (!d.Get(&written) || written > size) return (void)fuse_reply_err(req, EIO);
+  fuse_reply_write(req, written);  // fewer than asked: a tier filled up part-way
+}
+
+void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  ReplyStatus(req, Call(req, m, e));
+}
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  KnownCleanFiles& known = State(req)->clean_files;
+  if (known.Has(ino)) return (void)fuse_reply_err(req, 0);
+  const uint64_t epoch = known.epoch();
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  auto r = Call(req, FsMethod::kFlush, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  Decoder d(*r);
+  uint8_t clean = 0;
+  if (d.Get(&clean) && d.Finish("flush").ok() && clean == 1) known.MarkClean(ino, epoch);
+  fuse_reply_err(req, 0);
+}
+void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kRelease, ino); }
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
+// Directory entries are metadata; fsync of a directory commits the metadata.
+void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
+
+// An open directory holds a snapshot of its listing, so offsets stay valid while entries come
+// and go (what POSIX asks of readdir).
+struct DirHandle {
+  std::vector<DirEntry> entries;
+};
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  // Counted like a file open, so an rmdir while open keeps the inode until releasedir.
+  Encoder open;
+  open.Put<uint64_t>(ino).Put<uint32_t>(0);
+  auto o = Call(req, FsMethod::kOpen, open);
+  if (!o.ok()) return ReplyErr(req, o.status());
+  auto h = std::make_unique<DirHandle>();
+  std::string after;
+  while (true) {
+    Encoder e;
+    e.Put<uint64_t>(ino).PutBytes(after).Put<uint32_t>(kReadDirPage);
+    auto r = Call(req, FsMethod::kReadDir, e);
+    if (!r.ok()) {
+      ReleaseQuietly(req, ino);
+      return ReplyErr(req, r.status());
+    }
+    Decoder d(*r);
+    uint32_t n = 0;
+    d.Get(&n);
+    for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+      DirEntry ent;
+      d.GetString(&ent.name);
+      DecodeAttr(&d, &ent.attr);
+      h->entries.push_back(std::move(ent));
+    }
+    if (!d.Finish("readdir").ok()) {
+      ReleaseQuietly(req, ino);
+      return (void)fuse_reply_err(req, EIO);
+    }
+    if (n < kReadDirPage) break;
+    after = h->entries.back().name;
+  }
+  fi->fh = reinterpret_cast<uint64_t>(h.get());
+  if (fuse_reply_open(req, fi) == 0) {
+    (void)h.release();
+  } else {
+    ReleaseQuietly(req, ino);  // interrupted: no releasedir will come
+  }
+}
+
+void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+  auto* h = reinterpret_cast<DirHandle*>(fi->fh);
+  std::string buf(size, '\0');
+  size_t used = 0;
+  // Offsets: 0 -> ".", 1 -> "..", 2 + i -> entries[i]; each entry carries the next offset.
+  for (size_t i = static_cast<size_t>(off); i < h->entries.size() + 2; ++i) {
+    const char* name;
+    InodeAttr a;
+    if (i == 0) {
+      name = ".";
+      a.ino = ino;
+      a.mode = S_IFDIR;
+    } else if (i == 1) {
+      name = "..";
+      a.ino = ino;  // the kernel resolves ".." itself
+      a.mode = S_IFDIR;
+    } else {
+      name = h->entries[i - 2].name.c_str();
+      a = h->entries[i - 2].attr;
+    }
+    size_t n;
+    if (plus && i >= 2) {
+      fuse_entry_param e = ToEntry(req, a);
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+    } else if (plus) {
+      fuse_entry_param e{};
+      e.attr.st_ino = a.ino;
+      e.attr.st_mode = a.mode;
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+    } else {
+      struct stat st {};
+      st.st_ino = a.ino;
+      st.st_mode = a.mode;
+      n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, static_cast<off_t>(i + 1));
+    }
+    if (n > size - used) break;
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, false);
+}
+void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ReadDirCommon(req, ino, size, off, fi, true);
+}
+void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  InoCall(req, FsMethod::kRelease, ino);
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  State(req)->dir_attrs.Changing(newparent);
+  State(req)->dir_attrs.Changing(ino);
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint64_t>(newparent).PutBytes(newname);
+  ReplyEntry(req, Call(req, FsMethod::kLink, e));
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  State(req)->dir_attrs.Changing(parent);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Encoder e;
+  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777))
+      .Put<uint64_t>(rdev).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
+  ReplyEntry(req, Call(req, FsMethod::kMknod, e));
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  State(req)->dir_attrs.Changing(ino);
+  if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
+  ReplyStatus(req, Call(req, FsMethod::kSetXattr, e));
+}
+
+// getxattr/listxattr: size 0 asks for the length; a buffer too small is ERANGE.
+void ReplyXattr(fuse_req_t req, const Result<std::string>& r, size_t size) {
+  if (!r.ok()) return ReplyErr(req, r.status());
+  if (size == 0) return (void)fuse_reply_xattr(req, r->size());
+  if (r->size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, r->data(), r->size());
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  AbsentXattrCache& cache = State(req)->absent_xattrs;
+  const uint8_t bit = AbsentXattrCache::Bit(name);
+  if (bit != 0 && cache.Absent(ino, bit)) return (void)fuse_reply_err(req, ENODATA);
+  const uint64_t epoch = cache.epoch();
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(name);
+  auto r = Call(req, FsMethod::kGetXattr, e);
+  if (bit != 0 && r.status().code() == Code::kNoData) cache.MarkAbsent(ino, bit, epoch);
+  ReplyXattr(req, r, size);
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Encoder e;
+  e.Put<uint64_t>(ino);
+  ReplyXattr(req, Call(req, FsMethod::kListXattr, e), size);
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  State(req)->dir_attrs.Changing(ino);
+  if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(name);
+  ReplyStatus(req, Call(req, FsMethod::kRemoveXattr, e));
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, fuse_file_info*) {
+  if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  State(req)->clean_files.Changing(ino);
+  Encoder e;
+  e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(mode)).Put<uint64_t>(static_cast<uint64_t>(offset))
+      .Put<uint64_t>(static_cast<uint64_t>(length));
+  ReplyStatus(req, Call(req, FsMethod::kFallocate, e));
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t) {
+  Encoder e;
+  auto r = Call(req, FsMethod::kStatfs, e);
+  if (!r.ok()) return ReplyErr(req, r.status());
+  FsStatfs s;
+  Decoder d(*r);
+  if (!DecodeStatfs(&d, &s)) return (void)fuse_reply_err(req, EIO);
+  struct statvfs v {};
+  v.f_bsize = v.f_frsize = s.block_size;
+  v.f_blocks = s.blocks;
+  v.f_bfree = v.f_bavail = s.blocks_free;
+  v.f_files = s.files;
+  v.f_ffree = v.f_favail = s.files_free;
+  v.f_namemax = s.name_max;
+  fuse_reply_statfs(req, &v);
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.getattr = OpGetattr;
+  ops.setattr = OpSetattr;
+  ops.readlink = OpReadlink;
+  ops.mkdir = OpMkdir;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.symlink = OpSymlink;
+  ops.rename = OpRename;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.write = OpWrite;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.readdirplus = OpReaddirplus;
+  ops.releasedir = OpReleasedir;
+  ops.fsyncdir = OpFsyncdir;
+  ops.statfs = OpStatfs;
+  ops.create = OpCreate;
+  ops.link = OpLink;
+  ops.mknod = OpMknod;
+  ops.setxattr = OpSetxattr;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.removexattr = OpRemovexattr;
+  ops.fallocate = OpFallocate;
+  // No lseek: with the writeback cache the kernel holds dirty pages the runtime has not
+  // seen, so only the kernel's generic SEEK_DATA/SEEK_HOLE (all data, hole at EOF) is right.
+  return ops;
+}
+
+// The device (field 3, major:minor) of the mount on `path` in /proc/self/mountinfo, the last
+// one when several are stacked; nullopt when nothing is mounted there. Read from the table,
+// never by stat(2): a stat of a FUSE mount whose session is not serving yet would wait forever.
+std::optional<dev_t> MountDevice(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  std::optional<dev_t> dev;
+  while (std::getline(in, line)) {
+    // Field 5 is the mount point (octal escapes for spaces; our check compares raw paths).
+    size_t pos = 0;
+    for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
+    if (pos == std::string::npos) continue;
+    size_t end = line.find(' ', pos + 1);
+    if (line.substr(pos + 1, end - pos - 1) != path) continue;
+    unsigned maj = 0, mnr = 0;
+    const size_t f3 = line.find(' ', line.find(' ') + 1);
+    if (f3 != std::string::npos && std::sscanf(line.c_str() + f3 + 1, "%u:%u", &maj, &mnr) == 2) {
+      dev = makedev(maj, mnr);
+    } else {
+      dev = 0;
+    }
+  }
+  return dev;
+}
+
+bool IsMountPoint(const std::string& path) { return MountDevice(path).has_value(); }
+
+// Options mount(8) and fstab pass that mean nothing to FUSE.
+bool IsMountOnlyOption(const std::string& key) {
+  static const char* kIgnored[] = {"defaults", "auto", "noauto", "user", "nouser", "users",
+                                   "_netdev", "nofail", "owner", "group", "comment"};
+  for (const char* k : kIgnored)
+    if (key == k) return true;
+  return key.rfind("x-", 0) == 0 || key.rfind("comment=", 0) == 0;
+}
+
+// Runs fusermount3 with `args` (an unprivileged unmount); whether it succeeded.
+bool RunFusermount(const char* flags, const std::string& mountpoint) {
+  pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ::execlp("fusermount3", "fusermount3", flags, "--", mountpoint.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+}  // namespace
+
+Status ApplyMountOptions(const std::string& opts, FuseMountOptions* options) {
+  size_t pos = 0;
+  while (pos <= opts.size()) {
+    size_t comma = opts.find(',', pos);
+    std::string o = opts.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? opts.size() + 1 : comma + 1;
+    std::string key = o.substr(0, o.find('='));
+    std::string val = o.find('=') == std::string::npos ? "" : o.substr(o.find('=') + 1);
+    double* target = nullptr;
+    if (key == "attr_timeout") target = &options->attr_timeout;
+    if (key == "entry_timeout") target = &options->entry_timeout;
+    if (key == "negative_timeout") target = &options->negative_timeout;
+    if (target) {
+      char* end = nullptr;
+      *target = std::strtod(val.c_str(), &end);
+      if (val.empty() || *end || *target < 0 || *target > 86400)
+        return InvalidArgument("bad value in -o " + o + " (seconds, 0 to 86400)");
+    } else if (key == "conf") {
+      if (val.empty()) return InvalidArgument("-o conf needs a file");
+      options->conf = val;
+    } else if (!o.empty() && !IsMountOnlyOption(key)) {
+      options->fuse_opts += "," + o;
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::string> CheckMountPoint(const std::string& path) {
+  char real[PATH_MAX];
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && (errno == ENOTCONN || errno == ECONNABORTED))
+    return Status(Code::kBusy, path + " is a dead FUSE mount (the process serving it died): unmount it with "
+                                      "fusermount3 -u " + path + " and mount again");
+  if (::stat(path.c_str(), &st) != 0 || !::realpath(path.c_str(), real))
+    return NotFound("mount point " + path + " does not exist (create it with mkdir -p " + path + ")");
+  if (!S_ISDIR(st.st_mode)) return InvalidArgument("mount point " + path + " is not a directory");
+  if (IsMountPoint(real))
+    return Status(Code::kBusy, std::string(real) + " is busy: something is already mounted there (unmount it with fusermount3 -u " +
+                                   real + ")");
+  return std::string(real);
+}
+
+struct FuseMount::Impl {
+  FuseState state;
+  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
+  fuse_session* se = nullptr;
+  bool signals = false;
+  dev_t dev = 0;  // the mount's device: its minor is the connection's number in fusectl
+  std::thread loop;
+  Mutex mu;
+  CondVar ended_cv;
+  bool ended GUARDED_BY(mu) = false;
+  bool abandoned = false;  // Stop() gave up on the loop: the session must outlive us
+
+  ~Impl() {
+    if (se == nullptr) return;
+    if (signals) fuse_remove_signal_handlers(se);
+    if (abandoned) return;  // the loop thread still uses the session; the process is ending
+    fuse_session_unmount(se);
+    fuse_session_destroy(se);
+    fuse_opt_free_args(&args);
+  }
+};
+
+FuseMount::FuseMount(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+FuseMount::~FuseMount() {
+  if (impl_->loop.joinable()) Stop(0);
+}
+
+Result<std::unique_ptr<FuseMount>> FuseMount::Mount(FuseMountOptions options, FsCaller call) {
+  CLIO_ASSIGN_OR_RETURN(std::string real, CheckMountPoint(options.mountpoint));
+  auto impl = std::make_unique<Impl>();
+  options.mountpoint = real;
+  impl->state.options = options;
+  impl->state.call = std::move(call);
+  const char* argv[] = {"clio-fuse", "-o", options.fuse_opts.c_str(), "-d"};
+  for (int i = 0; i < (options.debug ? 4 : 3); ++i) {
+    if (fuse_opt_add_arg(&impl->args, argv[i]) != 0) return Internal("out of memory");
+  }
+  fuse_lowlevel_ops ops = MakeOps();
+  impl->se = fuse_session_new(&impl->args, &ops, sizeof ops, &impl->state);
+  if (impl->se == nullptr) return InvalidArgument("bad mount options '" + options.fuse_opts + "'");
+  if (fuse_session_mount(impl->se, real.c_str()) != 0) {
+    fuse_session_destroy(impl->se);
+    impl->se = nullptr;
+    return IoError("mounting " + real + " failed (see the message above)");
+  }
+  impl->dev = MountDevice(real).value_or(0);
+  return std::unique_ptr<FuseMount>(new FuseMount(std::move(impl)));
+}
+
+Status FuseMount::InstallSignalHandlers() {
+  if (fuse_set_signal_handlers(impl_->se) != 0) return Internal("cannot install signal handlers");
+  impl_->signals = true;
+  return Status::Ok();
+}
+
+void FuseMount::Daemonize() { fuse_daemonize(0); }
+
+int FuseMount::Loop(int max_idle_threads) {
+  fuse_loop_config lc{};
+  lc.clone_fd = 0;
+  lc.max_idle_threads = static_cast<unsigned>(max_idle_threads);
+  return fuse_session_loop_mt(impl_->se, &lc);
+}
+
+void FuseMount::Start(int max_idle_threads) {
+  impl_->loop = std::thread([this, max_idle_threads] {
+    int rc = Loop(max_idle_threads);
+    if (rc != 0) CLIO_LOG_WARN("the FUSE session on {} ended with {}", mountpoint(), rc);
+    MutexLock l(&impl_->mu);
+    impl_->ended = true;
+    impl_->ended_cv.NotifyAll();
+  });
+}
+
+void FuseMount::Stop(int grace_ms) {
+  Impl& m = *impl_;
+  if (!m.loop.joinable()) return;
+  const std::string& mnt = mountpoint();
+  // Lazy: with nothing open the kernel lets go at once, sends DESTROY and ends the
+  // connection, which ends the loop; open files keep the connection until they close.
+  bool detached = ::geteuid() == 0 ? ::umount2(mnt.c_str(), MNT_DETACH) == 0 : RunFusermount("-uz", mnt);
+  if (!detached) CLIO_LOG_WARN("unmounting {}: {}", mnt, std::strerror(errno));
+  auto wait = [&](int ms) {
+    MutexLock l(&m.mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!m.ended && std::chrono::steady_clock::now() < deadline) {
+      m.ended_cv.WaitFor(&m.mu, deadline - std::chrono::steady_clock::now());
+    }
+    return m.ended;
+  };
+  if (!wait(grace_ms)) {
+    // Files still open: abort the connection (their users get ENOTCONN), as the kernel does
+    // when a FUSE daemon exits.
+    const std::string abort = "/sys/fs/fuse/connections/" + std::to_string(minor(m.dev)) + "/abort";
+    CLIO_LOG_WARN("{}: files still open after {} ms; aborting the FUSE connection", mnt, grace_ms);
+    auto write_abort = [&] {
+      std::ofstream out(abort);
+      out << "1\n";
+      out.flush();
+      return out.good();
+    };
+    bool aborted = write_abort();
+    if (!aborted && ::geteuid() == 0) {
+      // fusectl is not mounted (a container, a minimal system): mount it, as systemd would.
+      (void)::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
+      aborted = write_abort();
+    }
+    if (!aborted || !wait(5000)) {
+      CLIO_LOG_ERROR("{}: the FUSE session did not end (is fusectl mounted on /sys/fs/fuse/connections?); "
+                     "leaving it to the process exit", mnt);
+      m.loop.detach();
+      m.abandoned = true;
+      return;
+    }
+  }
+  m.loop.join();
+}
+
+const std::string& FuseMount::mountpoint() const { return impl_->state.options.mountpoint; }
+
+}  // namespace clio

@@ -1,0 +1,70 @@
+// The FUSE session of CLIO (libfuse3 low-level API): maps the kernel's file operations onto
+// requests to the namespace pool (fs/fs_protocol.h). Two hosts use it: clio-fuse, a client of
+// the runtime in its own process (the default: a runtime restart never takes the mount down),
+// and `clio_run start --mount DIR`, which serves the mount inside the runtime and saves the
+// hop between the two processes. libfuse's headers stay inside fuse_session.cc.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "fs/fs_protocol.h"
+
+namespace clio {
+
+// How an operation reaches the clio_fs pool: the answer's body as FsPool::Handle returns it.
+// Called from the session's threads, several at once.
+using FsCaller = std::function<Result<std::string>(FsMethod method, std::string_view payload)>;
+
+struct FuseMountOptions {
+  std::string mountpoint;  // an existing directory with nothing mounted on it
+  // For libfuse (-o); CLIO's defaults first.
+  std::string fuse_opts = "default_permissions,fsname=clio,subtype=clio";
+  // Kernel cache lifetimes in seconds: -o attr_timeout=, entry_timeout=, negative_timeout=.
+  double attr_timeout = 1.0;
+  double entry_timeout = 1.0;
+  double negative_timeout = 1.0;
+  std::string conf;  // -o conf=FILE: the runtime's config (clio-fuse only)
+  bool debug = false;  // libfuse's -d: every request on stderr
+};
+
+// Takes a comma list of -o options: CLIO's own keys (the timeouts, conf) into `options`, those
+// that mean something to mount(8) only (defaults, noauto, _netdev, x-*, ...) dropped, the rest
+// appended to options->fuse_opts. InvalidArgument names a bad value.
+Status ApplyMountOptions(const std::string& opts, FuseMountOptions* options);
+
+// The real path of a mount point that exists, is a directory and has nothing mounted on it;
+// otherwise an error saying which, and how to fix it.
+Result<std::string> CheckMountPoint(const std::string& path);
+
+class FuseMount {
+ public:
+  // Mounts options.mountpoint (CheckMountPoint first); requests go to `call`.
+  static Result<std::unique_ptr<FuseMount>> Mount(FuseMountOptions options, FsCaller call);
+  ~FuseMount();
+
+  // SIGTERM, SIGINT and SIGHUP end Loop() (clio-fuse; the runtime has handlers of its own).
+  Status InstallSignalHandlers();
+  // Goes to the background (fork, setsid, stdio to /dev/null) once mounted (clio-fuse).
+  void Daemonize();
+  // Serves requests on up to `max_idle_threads` idle threads (more while busy) until the mount
+  // goes away: 0, the number of the signal that ended it, or -errno.
+  int Loop(int max_idle_threads);
+  // Loop() on a thread of its own (the runtime's mount); Stop() ends it.
+  void Start(int max_idle_threads);
+  // Detaches the mount (a lazy unmount: new lookups fail, files already open keep working)
+  // and waits up to `grace_ms` for the last of them to close, then aborts the connection
+  // (their users get ENOTCONN) and waits for the loop to end. Only with Start().
+  void Stop(int grace_ms);
+  const std::string& mountpoint() const;
+
+ private:
+  struct Impl;
+  explicit FuseMount(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace clio
