@@ -123,7 +123,8 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
   }
   if (fuse) {
     CLIO_LOG_INFO("unmounting {}", fuse->mountpoint());
-    fuse->Stop(kMountStopGraceMs);
+    // False when the session could not be ended: its requests are refused from now on.
+    (void)fuse->Stop(kMountStopGraceMs);
     fuse.reset();
   }
   CLIO_LOG_INFO("stopping: flushing volatile tiers and committing metadata");

@@ -119,19 +119,15 @@ int Main(int argc, char** argv) {
     return rc->Call(pool_id, static_cast<uint32_t>(m), payload,
                     IsIdempotent(m) ? RuntimeClient::Resend::kFreely : RuntimeClient::Resend::kMarked);
   };
+  args.mount.handle_signals = true;
   auto mount = FuseMount::Mount(args.mount, call);
   if (!mount.ok()) {
     std::fprintf(stderr, "clio-fuse: %s\n", mount.status().message().c_str());
     return mount.status().code() == Code::kInvalidArgument ? 2 : 1;
   }
-  Status sig = (*mount)->InstallSignalHandlers();
-  if (!sig.ok()) {
-    std::fprintf(stderr, "clio-fuse: %s\n", sig.message().c_str());
-    return 1;
-  }
   const std::string mnt = (*mount)->mountpoint();
   if (args.foreground) std::fprintf(stderr, "clio-fuse: mounted on %s\n", mnt.c_str());
-  if (!args.foreground) (*mount)->Daemonize();
+  (*mount)->Daemonize(args.foreground);
   NotifyReady("mounted on " + mnt);
   // 0, -errno, or the number of the signal that ended it. SIGTERM, SIGINT and SIGHUP are how
   // a stop asks (systemd sends SIGTERM right after ExecStop's fusermount3 -u, which can land

@@ -212,8 +212,37 @@ class FreshDirAttrs {
   std::unordered_map<uint64_t, InodeAttr> attrs_ GUARDED_BY(mu_);
 };
 
+// Counts the calls in flight to the namespace; once closed, refuses new ones (ENOTCONN) and
+// Close() waits for those in flight. A host that gives up on a session whose threads still
+// run (FuseMount::Stop) closes it, so that nothing calls into a runtime being stopped.
+class CallGate {
+ public:
+  bool Enter() {
+    MutexLock l(&mu_);
+    if (closed_) return false;
+    ++inflight_;
+    return true;
+  }
+  void Leave() {
+    MutexLock l(&mu_);
+    if (--inflight_ == 0) cv_.NotifyAll();
+  }
+  void Close() {
+    MutexLock l(&mu_);
+    closed_ = true;
+    while (inflight_ != 0) cv_.Wait(&mu_);
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  int inflight_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
+};
+
 struct FuseState {
   FsCaller call;
+  CallGate gate;
   FuseMountOptions options;
   AbsentXattrCache absent_xattrs;
   KnownCleanFiles clean_files;
@@ -223,7 +252,13 @@ struct FuseState {
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
 
-Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) { return State(req)->call(m, e.buffer()); }
+Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
+  FuseState* s = State(req);
+  if (!s->gate.Enter()) return Unavailable("the mount is being stopped");
+  Result<std::string> r = s->call(m, e.buffer());
+  s->gate.Leave();
+  return r;
+}
 
 struct stat ToStat(const InodeAttr& a) {
   struct stat st {};
@@ -725,6 +760,20 @@ fuse_lowlevel_ops MakeOps() {
   return ops;
 }
 
+std::string UnescapeMountField(const std::string& f) {
+  std::string out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == '\\' && i + 3 < f.size() && f[i + 1] >= '0' && f[i + 1] <= '3' && f[i + 2] >= '0' &&
+        f[i + 2] <= '7' && f[i + 3] >= '0' && f[i + 3] <= '7') {
+      out += static_cast<char>((f[i + 1] - '0') * 64 + (f[i + 2] - '0') * 8 + (f[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += f[i];
+    }
+  }
+  return out;
+}
+
 // The device (field 3, major:minor) of the mount on `path` in /proc/self/mountinfo, the last
 // one when several are stacked; nullopt when nothing is mounted there. Read from the table,
 // never by stat(2): a stat of a FUSE mount whose session is not serving yet would wait forever.
@@ -733,12 +782,12 @@ std::optional<dev_t> MountDevice(const std::string& path) {
   std::string line;
   std::optional<dev_t> dev;
   while (std::getline(in, line)) {
-    // Field 5 is the mount point (octal escapes for spaces; our check compares raw paths).
+    // Field 5 is the mount point, with space, tab, newline and backslash as octal escapes.
     size_t pos = 0;
     for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
     if (pos == std::string::npos) continue;
     size_t end = line.find(' ', pos + 1);
-    if (line.substr(pos + 1, end - pos - 1) != path) continue;
+    if (UnescapeMountField(line.substr(pos + 1, end - pos - 1)) != path) continue;
     unsigned maj = 0, mnr = 0;
     const size_t f3 = line.find(' ', line.find(' ') + 1);
     if (f3 != std::string::npos && std::sscanf(line.c_str() + f3 + 1, "%u:%u", &maj, &mnr) == 2) {
@@ -829,22 +878,76 @@ struct FuseMount::Impl {
   Mutex mu;
   CondVar ended_cv;
   bool ended GUARDED_BY(mu) = false;
-  bool abandoned = false;  // Stop() gave up on the loop: the session must outlive us
+  bool abandoned = false;  // Stop() could not end the loop; its threads still use this
 
   ~Impl() {
-    if (se == nullptr) return;
-    if (signals) fuse_remove_signal_handlers(se);
-    if (abandoned) return;  // the loop thread still uses the session; the process is ending
-    fuse_session_unmount(se);
-    fuse_session_destroy(se);
+    if (se != nullptr) {
+      if (signals) fuse_remove_signal_handlers(se);
+      fuse_session_unmount(se);
+      fuse_session_destroy(se);
+    }
     fuse_opt_free_args(&args);
+  }
+
+  const std::string& mountpoint() const { return state.options.mountpoint; }
+
+  // Lazy unmount, only while the mount there is still this session's (not one made after an
+  // unmount from outside). With nothing open the kernel lets go at once, sends DESTROY and
+  // ends the connection, which ends the loop; open files keep it until they close.
+  void Detach() {
+    const std::string& mnt = mountpoint();
+    std::optional<dev_t> now = MountDevice(mnt);
+    if (!now || *now != dev) return;
+    if (::geteuid() == 0) {
+      if (::umount2(mnt.c_str(), MNT_DETACH) != 0) CLIO_LOG_WARN("unmounting {}: {}", mnt, std::strerror(errno));
+    } else if (!RunFusermount("-uz", mnt)) {
+      CLIO_LOG_WARN("unmounting {}: fusermount3 -uz failed", mnt);
+    }
+  }
+
+  // Ends the connection as the kernel does when a FUSE daemon exits: requests waiting and to
+  // come fail with ENOTCONN, and the loop's reads with ENODEV. Whether the kernel took it.
+  bool Abort() {
+    const std::string path = "/sys/fs/fuse/connections/" + std::to_string(minor(dev)) + "/abort";
+    auto write_abort = [&] {
+      std::ofstream out(path);
+      out << "1\n";
+      out.flush();
+      return out.good();
+    };
+    if (write_abort()) return true;
+    if (::geteuid() != 0) return false;
+    // fusectl is not mounted (a container, a minimal system): mount it, as systemd would.
+    (void)::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
+    return write_abort();
+  }
+
+  bool WaitEnded(int ms) {
+    MutexLock l(&mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!ended && std::chrono::steady_clock::now() < deadline) {
+      ended_cv.WaitFor(&mu, deadline - std::chrono::steady_clock::now());
+    }
+    return ended;
+  }
+
+  int RunLoop(int max_idle_threads) {
+    fuse_loop_config lc{};
+    lc.clone_fd = 0;
+    lc.max_idle_threads = static_cast<unsigned>(max_idle_threads);
+    return fuse_session_loop_mt(se, &lc);
   }
 };
 
 FuseMount::FuseMount(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 FuseMount::~FuseMount() {
-  if (impl_->loop.joinable()) Stop(0);
+  if (impl_->loop.joinable()) (void)Stop(0);
+  if (impl_->abandoned) {
+    // The loop's threads still run: the session, its state and the calls' gate (closed by
+    // Stop) must outlive them; the process is ending.
+    (void)impl_.release();
+  }
 }
 
 Result<std::unique_ptr<FuseMount>> FuseMount::Mount(FuseMountOptions options, FsCaller call) {
@@ -860,84 +963,58 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(FuseMountOptions options, Fs
   fuse_lowlevel_ops ops = MakeOps();
   impl->se = fuse_session_new(&impl->args, &ops, sizeof ops, &impl->state);
   if (impl->se == nullptr) return InvalidArgument("bad mount options '" + options.fuse_opts + "'");
+  if (options.handle_signals) {
+    if (fuse_set_signal_handlers(impl->se) != 0) return Internal("cannot install signal handlers");
+    impl->signals = true;
+  }
   if (fuse_session_mount(impl->se, real.c_str()) != 0) {
-    fuse_session_destroy(impl->se);
-    impl->se = nullptr;
     return IoError("mounting " + real + " failed (see the message above)");
   }
   impl->dev = MountDevice(real).value_or(0);
   return std::unique_ptr<FuseMount>(new FuseMount(std::move(impl)));
 }
 
-Status FuseMount::InstallSignalHandlers() {
-  if (fuse_set_signal_handlers(impl_->se) != 0) return Internal("cannot install signal handlers");
-  impl_->signals = true;
-  return Status::Ok();
-}
+void FuseMount::Daemonize(bool foreground) { fuse_daemonize(foreground ? 1 : 0); }
 
-void FuseMount::Daemonize() { fuse_daemonize(0); }
-
-int FuseMount::Loop(int max_idle_threads) {
-  fuse_loop_config lc{};
-  lc.clone_fd = 0;
-  lc.max_idle_threads = static_cast<unsigned>(max_idle_threads);
-  return fuse_session_loop_mt(impl_->se, &lc);
-}
+int FuseMount::Loop(int max_idle_threads) { return impl_->RunLoop(max_idle_threads); }
 
 void FuseMount::Start(int max_idle_threads) {
-  impl_->loop = std::thread([this, max_idle_threads] {
-    int rc = Loop(max_idle_threads);
-    if (rc != 0) CLIO_LOG_WARN("the FUSE session on {} ended with {}", mountpoint(), rc);
-    MutexLock l(&impl_->mu);
-    impl_->ended = true;
-    impl_->ended_cv.NotifyAll();
+  Impl* m = impl_.get();  // not `this`: the thread may outlive the FuseMount (Stop gave up)
+  m->loop = std::thread([m, max_idle_threads] {
+    int rc = m->RunLoop(max_idle_threads);
+    if (rc != 0) {
+      // The session failed: leave no mount behind that nobody serves.
+      CLIO_LOG_ERROR("the FUSE session on {} ended with {}; detaching the mount", m->mountpoint(), rc);
+      m->Detach();
+      (void)m->Abort();
+    }
+    MutexLock l(&m->mu);
+    m->ended = true;
+    m->ended_cv.NotifyAll();
   });
 }
 
-void FuseMount::Stop(int grace_ms) {
+bool FuseMount::Stop(int grace_ms) {
   Impl& m = *impl_;
-  if (!m.loop.joinable()) return;
-  const std::string& mnt = mountpoint();
-  // Lazy: with nothing open the kernel lets go at once, sends DESTROY and ends the
-  // connection, which ends the loop; open files keep the connection until they close.
-  bool detached = ::geteuid() == 0 ? ::umount2(mnt.c_str(), MNT_DETACH) == 0 : RunFusermount("-uz", mnt);
-  if (!detached) CLIO_LOG_WARN("unmounting {}: {}", mnt, std::strerror(errno));
-  auto wait = [&](int ms) {
-    MutexLock l(&m.mu);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (!m.ended && std::chrono::steady_clock::now() < deadline) {
-      m.ended_cv.WaitFor(&m.mu, deadline - std::chrono::steady_clock::now());
-    }
-    return m.ended;
-  };
-  if (!wait(grace_ms)) {
-    // Files still open: abort the connection (their users get ENOTCONN), as the kernel does
-    // when a FUSE daemon exits.
-    const std::string abort = "/sys/fs/fuse/connections/" + std::to_string(minor(m.dev)) + "/abort";
+  if (!m.loop.joinable()) return true;
+  const std::string& mnt = m.mountpoint();
+  if (!m.WaitEnded(0)) m.Detach();  // ended already: unmounted from outside, leave the path alone
+  if (!m.WaitEnded(grace_ms)) {
     CLIO_LOG_WARN("{}: files still open after {} ms; aborting the FUSE connection", mnt, grace_ms);
-    auto write_abort = [&] {
-      std::ofstream out(abort);
-      out << "1\n";
-      out.flush();
-      return out.good();
-    };
-    bool aborted = write_abort();
-    if (!aborted && ::geteuid() == 0) {
-      // fusectl is not mounted (a container, a minimal system): mount it, as systemd would.
-      (void)::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr);
-      aborted = write_abort();
-    }
-    if (!aborted || !wait(5000)) {
+    if (!m.Abort() || !m.WaitEnded(5000)) {
       CLIO_LOG_ERROR("{}: the FUSE session did not end (is fusectl mounted on /sys/fs/fuse/connections?); "
-                     "leaving it to the process exit", mnt);
+                     "refusing its requests from now on and leaving it to the process exit", mnt);
+      fuse_session_exit(m.se);
+      m.state.gate.Close();
       m.loop.detach();
       m.abandoned = true;
-      return;
+      return false;
     }
   }
   m.loop.join();
+  return true;
 }
 
-const std::string& FuseMount::mountpoint() const { return impl_->state.options.mountpoint; }
+const std::string& FuseMount::mountpoint() const { return impl_->mountpoint(); }
 
 }  // namespace clio

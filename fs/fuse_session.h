@@ -29,6 +29,9 @@ struct FuseMountOptions {
   double negative_timeout = 1.0;
   std::string conf;  // -o conf=FILE: the runtime's config (clio-fuse only)
   bool debug = false;  // libfuse's -d: every request on stderr
+  // SIGTERM, SIGINT and SIGHUP end Loop(), installed before the mount (clio-fuse; the runtime
+  // has handlers of its own).
+  bool handle_signals = false;
 };
 
 // Takes a comma list of -o options: CLIO's own keys (the timeouts, conf) into `options`, those
@@ -46,10 +49,9 @@ class FuseMount {
   static Result<std::unique_ptr<FuseMount>> Mount(FuseMountOptions options, FsCaller call);
   ~FuseMount();
 
-  // SIGTERM, SIGINT and SIGHUP end Loop() (clio-fuse; the runtime has handlers of its own).
-  Status InstallSignalHandlers();
-  // Goes to the background (fork, setsid, stdio to /dev/null) once mounted (clio-fuse).
-  void Daemonize();
+  // Goes to the background (fork, setsid, stdio to /dev/null) unless `foreground`; changes
+  // to / either way, so the mount does not keep the starting directory busy (clio-fuse).
+  void Daemonize(bool foreground);
   // Serves requests on up to `max_idle_threads` idle threads (more while busy) until the mount
   // goes away: 0, the number of the signal that ended it, or -errno.
   int Loop(int max_idle_threads);
@@ -57,8 +59,11 @@ class FuseMount {
   void Start(int max_idle_threads);
   // Detaches the mount (a lazy unmount: new lookups fail, files already open keep working)
   // and waits up to `grace_ms` for the last of them to close, then aborts the connection
-  // (their users get ENOTCONN) and waits for the loop to end. Only with Start().
-  void Stop(int grace_ms);
+  // (their users get ENOTCONN) and waits for the loop to end. Only with Start(). False when
+  // the loop could not be ended (no fusectl): its requests are refused from then on, and the
+  // session is left to the process exit. A session unmounted from outside is not unmounted
+  // again (the path may hold another mount by then).
+  bool Stop(int grace_ms);
   const std::string& mountpoint() const;
 
  private:

@@ -63,6 +63,8 @@ def main():
         check(complete(env, ["clio_run", "compose", ""], "_clio_run") == ["start", "stop"], "clio_run compose")
         check(complete(env, ["clio_run", "start", "--f"], "_clio_run") == ["--foreground", "--fresh"],
               "clio_run start --f")
+        check(complete(env, ["clio_run", "start", "--mount", "/mnt/clio", "-o", "al"], "_clio_run") == ["allow_other"],
+              "clio_run start --mount DIR -o al")
         # No runtime: no tier names, and nothing on stderr.
         check(complete(env, ["clioctl", "tier", "drain", ""]) == [], "tier names without a runtime")
         env.start_runtime()

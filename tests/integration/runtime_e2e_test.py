@@ -248,12 +248,16 @@ def scenario_module(env):
 def scenario_in_runtime(env):
     env.check_binaries(env.clio_run, env.clioctl)
     env.write_config()
-    mnt = env.mnt
+    # A space in the path: the kernel's mount table escapes it, and the stop must still find
+    # its own mount there (to abort it) and tell it from another.
+    mnt = os.path.join(env.T, "mount point")
+    os.mkdir(mnt)
     # Refused at start, naming the cause; nothing keeps running.
     for argv, code, words in (
             (["--mount", os.path.join(env.T, "nowhere")], 1, "does not exist"),
             (["--mount", mnt, "-o", "attr_timeout=soon"], 2, "bad value in -o attr_timeout=soon"),
             (["--mount", mnt, "-o", "conf=/etc/x.yaml"], 2, "-o conf is clio-fuse's"),
+            (["--mount", mnt, "-o", "entry_timeout=-5"], 2, "bad value in -o entry_timeout=-5"),
             (["-o", "allow_other"], 2, "--mount")):
         cp = run_cmd([env.clio_run, "start"] + argv, env=env.env())
         out = _text(cp.stdout) + _text(cp.stderr)
@@ -299,7 +303,14 @@ def scenario_in_runtime(env):
     check(cp.returncode == 0, "fusermount3 -u of the runtime's mount\n" + describe(cp))
     check(not e2e.is_mounted(mnt), "still mounted after fusermount3 -u")
     check(env.runtime_status() == 0, "the runtime stopped when its mount was unmounted")
-    env.stop_runtime()
+    # Something else mounted there since: the runtime's stop must leave it alone.
+    cp = run_cmd(["mount", "-t", "tmpfs", "-o", "size=1m", "other", mnt])
+    check(cp.returncode == 0, "mount -t tmpfs\n" + describe(cp))
+    try:
+        env.stop_runtime()
+        check(e2e.mount_entries(mnt)[-1][0] == "tmpfs", "the runtime's stop unmounted a later mount on its path")
+    finally:
+        run_cmd(["umount", mnt])
 
     # kill -9: the kernel keeps a dead mount; a start names it instead of calling it missing.
     env.start_runtime(mount=mnt)
@@ -317,7 +328,7 @@ def scenario_in_runtime(env):
           "start on the dead mount should name it\n" + describe(cp))
     cp = run_cmd(["fusermount3", "-u", mnt])
     check(cp.returncode == 0, "fusermount3 -u of the dead mount\n" + describe(cp))
-    env.start_runtime(mount=mnt)
+    env.start_runtime(mount=mnt, options=["attr_timeout=0"])
     check_exact(os.path.join(mnt, "late.bin"), late, "fsynced before kill -9")
     for rel, data in files.items():
         check_exact(os.path.join(mnt, "dir", rel), data, "after kill -9 and a start")
