@@ -230,14 +230,17 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
       d.Get(&parent); d.GetBytes(&name); d.Get(&new_parent); d.GetBytes(&new_name); d.Get(&flags);
       CLIO_RETURN_IF_ERROR(done("rename"));
       {
-        // u8 1 and the source and target directories' attributes when the rename changed them.
+        // u8 1, the source and target directories' attributes and the moved inode's when the
+        // rename changed them (u8 0 alone: it changed nothing, or swapped two names).
         std::pair<InodeAttr, InodeAttr> dirs;
-        CLIO_RETURN_IF_ERROR(ns_->Rename(parent, name, new_parent, new_name, flags, &dirs));
+        InodeAttr moved;
+        CLIO_RETURN_IF_ERROR(ns_->Rename(parent, name, new_parent, new_name, flags, &dirs, &moved));
         Encoder e;
         e.Put<uint8_t>(dirs.first.ino != 0 ? 1 : 0);
         if (dirs.first.ino != 0) {
           EncodeAttr(&e, dirs.first);
           EncodeAttr(&e, dirs.second);
+          EncodeAttr(&e, moved);
         }
         return e.Take();
       }

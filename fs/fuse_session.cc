@@ -240,9 +240,50 @@ class CallGate {
   bool closed_ GUARDED_BY(mu_) = false;
 };
 
+// Methods that change nothing in the namespace (the others count in FuseState::changes).
+bool ChangesNothing(FsMethod m) {
+  switch (m) {
+    case FsMethod::kLookup: case FsMethod::kGetAttr: case FsMethod::kReadlink: case FsMethod::kRead:
+    case FsMethod::kReadDir: case FsMethod::kGetXattr: case FsMethod::kListXattr: case FsMethod::kStatfs:
+    case FsMethod::kFlush: case FsMethod::kFsync:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The inode the last rename moved, with its attributes as the rename left them. Writeback-cache
+// mode makes the kernel update a renamed inode's ctime itself and write it back at once with
+// a SETATTR of the times (mtime unchanged); that SETATTR is answered from here when no other
+// change reached the namespace since the rename (`changes` unchanged) and its mtime is the one
+// the rename left, so nothing it carries is lost: the rename already set the ctime.
+class MovedInode {
+ public:
+  void Put(const InodeAttr& a, uint64_t changes) {
+    MutexLock l(&mu_);
+    attr_ = a;
+    changes_ = changes;
+  }
+  bool Take(uint64_t ino, uint64_t changes_now, InodeAttr* a) {
+    MutexLock l(&mu_);
+    if (attr_.ino != ino || ino == 0 || changes_ != changes_now) return false;
+    *a = attr_;
+    attr_.ino = 0;
+    return true;
+  }
+
+ private:
+  Mutex mu_;
+  InodeAttr attr_ GUARDED_BY(mu_);
+  uint64_t changes_ GUARDED_BY(mu_) = 0;
+};
+
 struct FuseState {
   FsCaller call;
   CallGate gate;
+  // Requests sent that may change the namespace, counted before they are sent.
+  std::atomic<uint64_t> changes{0};
+  MovedInode moved;
   FuseMountOptions options;
   AbsentXattrCache absent_xattrs;
   KnownCleanFiles clean_files;
@@ -255,6 +296,7 @@ FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userd
 Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
   FuseState* s = State(req);
   if (!s->gate.Enter()) return Unavailable("the mount is being stopped");
+  if (!ChangesNothing(m)) s->changes.fetch_add(1);
   Result<std::string> r = s->call(m, e.buffer());
   s->gate.Leave();
   return r;
@@ -360,6 +402,15 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if ((to_set & ~kTimesOnly) == 0 && State(req)->deleted.Has(ino)) {
     return (void)fuse_reply_err(req, ENOENT);
   }
+  InodeAttr moved;
+  if ((to_set & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME)) == 0 && (to_set & FUSE_SET_ATTR_MTIME) &&
+      State(req)->moved.Take(ino, State(req)->changes.load(), &moved)) {
+    const int64_t mtime = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
+    if (mtime == moved.mtime_ns) {
+      struct stat st = ToStat(moved);
+      return (void)fuse_reply_attr(req, &st, State(req)->options.attr_timeout);
+    }
+  }
   SetAttrRequest r;
   if (to_set & FUSE_SET_ATTR_MODE) r.valid |= kSetMode, r.mode = attr->st_mode;
   if (to_set & FUSE_SET_ATTR_UID) r.valid |= kSetUid, r.uid = attr->st_uid;
@@ -434,20 +485,23 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(r
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
-  FreshDirAttrs& fresh = State(req)->dir_attrs;
+  FuseState* st = State(req);
+  FreshDirAttrs& fresh = st->dir_attrs;
   fresh.ChangingAll();
   const FreshDirAttrs::Stamp from_stamp = fresh.Current(parent), to_stamp = fresh.Current(newparent);
+  const uint64_t changes = st->changes.load() + 1;  // this rename's count, if no other change races it
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
   auto r = Call(req, FsMethod::kRename, e);
   if (!r.ok()) return ReplyErr(req, r.status());
   Decoder d(*r);
   uint8_t has = 0;
-  InodeAttr from, to;
+  InodeAttr from, to, moved;
   if (d.Get(&has) && has == 1 && DecodeAttr(&d, &from) && DecodeAttr(&d, &to) &&
-      d.Finish("rename").ok()) {
+      DecodeAttr(&d, &moved) && d.Finish("rename").ok()) {
     if (from.ino == parent) fresh.Put(parent, from, from_stamp);
     if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
+    if (st->changes.load() == changes) st->moved.Put(moved, changes);
   }
   fuse_reply_err(req, 0);
 }

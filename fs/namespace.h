@@ -59,10 +59,11 @@ class Namespace {
   Status Rmdir(uint64_t parent, std::string_view name);
   // flags: RENAME_NOREPLACE, RENAME_EXCHANGE (atomically swaps two existing names). When a
   // plain rename changed the directories, `dirs` (when given) receives their attributes as it
-  // left them: source, then target (ino 0: not filled).
+  // left them: source, then target (ino 0: not filled); `moved` (when given) the attributes
+  // of the inode that moved, as the rename left them (ino 0: not filled).
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                 std::string_view new_name, uint32_t flags,
-                std::pair<InodeAttr, InodeAttr>* dirs = nullptr);
+                std::pair<InodeAttr, InodeAttr>* dirs = nullptr, InodeAttr* moved = nullptr);
   // Entries after `start_after` in name order, at most `limit` (0 = all).
   Result<std::vector<DirEntry>> ReadDir(uint64_t ino, std::string_view start_after, uint32_t limit);
 

@@ -119,8 +119,20 @@ TEST_CASE("rename: within and across directories, replace, noreplace, no cycles"
   REQUIRE(f.ns->Write(x, 0, "xdata").ok());
   uint64_t y = f.Create(b->ino, "y");
   REQUIRE(f.ns->Write(y, 0, "ydata").ok());
-  REQUIRE(f.ns->Rename(a->ino, "x", a->ino, "x2", 0).ok());
+  const int64_t x_ctime = f.ns->GetAttr(x)->ctime_ns;
+  std::pair<InodeAttr, InodeAttr> dirs;
+  InodeAttr moved;
+  REQUIRE(f.ns->Rename(a->ino, "x", a->ino, "x2", 0, &dirs, &moved).ok());
   CHECK(f.List(a->ino) == std::vector<std::string>{"x2"});
+  // What the rename reports is what the store now holds (clio-fuse answers the kernel's time
+  // write-back of the moved inode with it).
+  CHECK(moved.ino == x);
+  CHECK(moved.ctime_ns >= x_ctime);
+  CHECK(moved.ctime_ns == f.ns->GetAttr(x)->ctime_ns);
+  CHECK(moved.mtime_ns == f.ns->GetAttr(x)->mtime_ns);
+  CHECK(moved.size == 5);
+  CHECK(dirs.first.ino == a->ino);
+  CHECK(dirs.first.mtime_ns == f.ns->GetAttr(a->ino)->mtime_ns);
   CHECK(f.ns->Rename(a->ino, "x2", b->ino, "y", RENAME_NOREPLACE).code() == Code::kAlreadyExists);
   REQUIRE(f.ns->Rename(a->ino, "x2", b->ino, "y", 0).ok());  // replaces y
   CHECK(f.List(a->ino).empty());

@@ -117,7 +117,7 @@ Status Namespace::Rmdir(uint64_t parent, std::string_view name) {
 
 Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, uint32_t flags,
-                         std::pair<InodeAttr, InodeAttr>* dirs) {
+                         std::pair<InodeAttr, InodeAttr>* dirs, InodeAttr* moved) {
   if (flags & ~static_cast<uint32_t>(RENAME_NOREPLACE | RENAME_EXCHANGE)) return InvalidArgument("unknown rename flags");
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return InvalidArgument("NOREPLACE with EXCHANGE");
   CLIO_RETURN_IF_ERROR(ValidateName(new_name));
@@ -192,6 +192,7 @@ Status Namespace::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     }
     CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
     if (dirs != nullptr) *dirs = {src_dir, dst_dir};
+    if (moved != nullptr) *moved = src;
   }
   return drop_data ? DeleteFileData(drop_data) : Status::Ok();
 }
