@@ -540,12 +540,16 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
 }
 
+// fuse_file_info::fh of a file opened read-only: its close has no write-back error to report.
+constexpr uint64_t kReadOnlyHandle = 1;
+
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fi->flags & O_TRUNC) State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
   auto r = Call(req, FsMethod::kOpen, e);
   if (!r.ok()) return ReplyErr(req, r.status());
+  fi->fh = (fi->flags & O_ACCMODE) == O_RDONLY ? kReadOnlyHandle : 0;
   fi->keep_cache = 1;  // this mount is the only writer of its files
   if (fuse_reply_open(req, fi) != 0) ReleaseQuietly(req, ino);
 }
@@ -575,9 +579,13 @@ void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
   e.Put<uint64_t>(ino);
   ReplyStatus(req, Call(req, m, e));
 }
-void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+// A close. A failed write-back (flush to a persistent tier) of the file is reported once, to
+// the next close of a descriptor open for writing or fsync: the close of a read-only one does
+// not ask, so it neither reports an error about writes it did not make nor takes the report
+// away from the writer.
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   KnownCleanFiles& known = State(req)->clean_files;
-  if (known.Has(ino)) return (void)fuse_reply_err(req, 0);
+  if (fi->fh == kReadOnlyHandle || known.Has(ino)) return (void)fuse_reply_err(req, 0);
   const uint64_t epoch = known.epoch();
   Encoder e;
   e.Put<uint64_t>(ino);

@@ -276,6 +276,14 @@ class Env:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.s3_port}{path}", timeout=30) as r:
             return json.loads(r.read())
 
+    def s3_admin_post(self, path, body):
+        """POST to the stand-in's admin API (tests/objstore/standin_common.py): faults."""
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{self.s3_port}{path}", method="POST",
+                                     data=json.dumps(body).encode())
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+
     # -- config --------------------------------------------------------------------------
     def config_text(self, ram_capacity="32MB"):
         return config_text(self.T, self.ram_name, ram_capacity)

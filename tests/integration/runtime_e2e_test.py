@@ -15,6 +15,9 @@
               a stop and start; a stop with a file still open ends its reads with ENOTCONN
               and takes the mount away; an unmount from outside leaves the runtime serving;
               after kill -9 the dead mount is named as such until it is unmounted.
+  flush_error a failed write-back (RAM over an S3 bucket refusing PUTs) is reported to the
+              writer's close, not taken by a reader's: a read-only open and close in between
+              succeeds; after the bucket recovers the data becomes durable.
 
 Usage:
     python3 tests/integration/runtime_e2e_test.py --build-dir build [--only SCENARIO] [--keep]
@@ -37,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test as e2e  # noqa: E402
 from e2e_test import KiB, MiB, check, check_exact, describe, free_port, log, run_cmd, _text  # noqa: E402
 
-SCENARIOS = ("transports", "module", "in_runtime")
+SCENARIOS = ("transports", "module", "in_runtime", "flush_error")
 
 
 def _runtime_keys(env, text):
@@ -337,7 +340,61 @@ def scenario_in_runtime(env):
     log("in-runtime mount: refusals, data across stop/start and kill -9, open file at stop, outside unmount")
 
 
-FUNCS = {"transports": scenario_transports, "module": scenario_module, "in_runtime": scenario_in_runtime}
+def _flush_failures(port):
+    """clio_cte_flush_failures_total from /metrics, read without forking: a forked child
+    (a subprocess) closes its copies of the writer's descriptor, and that close would be the
+    one to report the error, as with NFS."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("clio_cte_flush_failures_total"):
+                return float(line.split()[-1])
+    check(False, "no clio_cte_flush_failures_total in /metrics")
+
+
+def scenario_flush_error(env):
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
+    env.start_s3()
+    port = free_port()
+    env.write_config(e2e.config_text(env.T, env.ram_name, "32MB", e2e.S3_TIER)
+                     .replace("  num_threads: 4\n", f"  num_threads: 4\n  http_port: {port}\n", 1))
+    env.start_runtime()
+    env.mount()
+    path = os.path.join(env.mnt, "refused.bin")
+    data = os.urandom(1 * MiB + 123)
+    # The bucket refuses every PUT (403 is not retried): the flusher's copies fail.
+    env.s3_admin_post("/_admin/fault", {"kind": "403", "count": 1000000, "method": "PUT"})
+    writer = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(writer, data)
+        e2e.wait_until(lambda: _flush_failures(port) >= 1, "a failed write-back of the new file", timeout=60)
+        # A reader's open and close in between: nothing to report to it, and nothing taken.
+        with open(path, "rb") as f:
+            check(f.read() == data, "the reader sees the written bytes")
+        try:
+            os.close(writer)
+            check(False, "the writer's close succeeded although its bytes could not be flushed")
+        except OSError as e:
+            log(f"the writer's close reported the failed write-back: {e}")
+        writer = -1
+    finally:
+        if writer >= 0:
+            try:
+                os.close(writer)
+            except OSError:
+                pass
+    env.s3_admin_post("/_admin/clear_faults", {})
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fsync(fd)  # the flusher retries; fsync waits for a persistent copy
+    finally:
+        os.close(fd)
+    check_exact(path, data, "after the bucket recovered")
+    env.unmount()
+    env.stop_runtime()
+
+
+FUNCS = {"transports": scenario_transports, "module": scenario_module, "in_runtime": scenario_in_runtime,
+         "flush_error": scenario_flush_error}
 
 
 def main(argv=None):
