@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -837,13 +838,18 @@ std::string UnescapeMountField(const std::string& f) {
   return out;
 }
 
-// The device (field 3, major:minor) of the mount on `path` in /proc/self/mountinfo, the last
-// one when several are stacked; nullopt when nothing is mounted there. Read from the table,
-// never by stat(2): a stat of a FUSE mount whose session is not serving yet would wait forever.
-std::optional<dev_t> MountDevice(const std::string& path) {
+// The mount on `path` in /proc/self/mountinfo (the last one when several are stacked): its
+// device (field 3, major:minor) and file system type (first field after " - "); nullopt when
+// nothing is mounted there. Read from the table, never by stat(2): a stat of a FUSE mount
+// whose session is not serving yet would wait forever.
+struct MountEntry {
+  dev_t dev = 0;
+  std::string fstype;
+};
+std::optional<MountEntry> TopMount(const std::string& path) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
-  std::optional<dev_t> dev;
+  std::optional<MountEntry> top;
   while (std::getline(in, line)) {
     // Field 5 is the mount point, with space, tab, newline and backslash as octal escapes.
     size_t pos = 0;
@@ -851,15 +857,21 @@ std::optional<dev_t> MountDevice(const std::string& path) {
     if (pos == std::string::npos) continue;
     size_t end = line.find(' ', pos + 1);
     if (UnescapeMountField(line.substr(pos + 1, end - pos - 1)) != path) continue;
+    MountEntry e;
     unsigned maj = 0, mnr = 0;
     const size_t f3 = line.find(' ', line.find(' ') + 1);
-    if (f3 != std::string::npos && std::sscanf(line.c_str() + f3 + 1, "%u:%u", &maj, &mnr) == 2) {
-      dev = makedev(maj, mnr);
-    } else {
-      dev = 0;
-    }
+    if (f3 != std::string::npos && std::sscanf(line.c_str() + f3 + 1, "%u:%u", &maj, &mnr) == 2) e.dev = makedev(maj, mnr);
+    const size_t sep = line.find(" - ");
+    if (sep != std::string::npos) e.fstype = line.substr(sep + 3, line.find(' ', sep + 3) - sep - 3);
+    top = e;
   }
-  return dev;
+  return top;
+}
+
+std::optional<dev_t> MountDevice(const std::string& path) {
+  std::optional<MountEntry> e = TopMount(path);
+  if (!e) return std::nullopt;
+  return e->dev;
 }
 
 bool IsMountPoint(const std::string& path) { return MountDevice(path).has_value(); }
@@ -919,9 +931,27 @@ Status ApplyMountOptions(const std::string& opts, FuseMountOptions* options) {
 Result<std::string> CheckMountPoint(const std::string& path) {
   char real[PATH_MAX];
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 && (errno == ENOTCONN || errno == ECONNABORTED))
-    return Status(Code::kBusy, path + " is a dead FUSE mount (the process serving it died): unmount it with "
-                                      "fusermount3 -u " + path + " and mount again");
+  struct statvfs vfs {};
+  // statfs, not stat: the kernel may answer a stat of a FUSE root from its cache, a statfs
+  // always asks the file system.
+  if (::statvfs(path.c_str(), &vfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
+    // A dead mount: the process serving it died. One of ours (fuse.clio) holds nothing that
+    // can still be served, so it is detached and the mount goes ahead (a restart after a
+    // crash just works); any other is left to its owner.
+    std::string abs = path;
+    if (!abs.empty() && abs[0] != '/') {
+      char cwd[PATH_MAX];
+      if (::getcwd(cwd, sizeof cwd) != nullptr) abs = std::string(cwd) + "/" + abs;
+    }
+    while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+    std::optional<MountEntry> top = TopMount(abs);
+    const bool ours = top && top->fstype == "fuse.clio";
+    const bool detached = ours && (::geteuid() == 0 ? ::umount2(abs.c_str(), MNT_DETACH) == 0 : RunFusermount("-uz", abs));
+    if (!detached)
+      return Status(Code::kBusy, path + " is a dead FUSE mount (the process serving it died): unmount it with "
+                                        "fusermount3 -u " + path + " and mount again");
+    CLIO_LOG_WARN("{} was a CLIO mount whose process died; detached it", abs);
+  }
   if (::stat(path.c_str(), &st) != 0 || !::realpath(path.c_str(), real))
     return NotFound("mount point " + path + " does not exist (create it with mkdir -p " + path + ")");
   if (!S_ISDIR(st.st_mode)) return InvalidArgument("mount point " + path + " is not a directory");

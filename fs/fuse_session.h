@@ -40,7 +40,8 @@ struct FuseMountOptions {
 Status ApplyMountOptions(const std::string& opts, FuseMountOptions* options);
 
 // The real path of a mount point that exists, is a directory and has nothing mounted on it;
-// otherwise an error saying which, and how to fix it.
+// otherwise an error saying which, and how to fix it. A CLIO mount left dead there by a crash
+// (ENOTCONN) is detached first; another file system's dead mount is refused.
 Result<std::string> CheckMountPoint(const std::string& path);
 
 class FuseMount {

@@ -14,7 +14,8 @@
               points and options refused at start; files written, read back and intact after
               a stop and start; a stop with a file still open ends its reads with ENOTCONN
               and takes the mount away; an unmount from outside leaves the runtime serving;
-              after kill -9 the dead mount is named as such until it is unmounted.
+              after kill -9 a start detaches the dead CLIO mount and mounts again; another file
+              system's dead mount is refused, naming it.
   flush_error a failed write-back (RAM over an S3 bucket refusing PUTs) is reported to the
               writer's close, not taken by a reader's: a read-only open and close in between
               succeeds; after the bucket recovers the data becomes durable.
@@ -248,6 +249,31 @@ def scenario_module(env):
     env.stop_runtime()
 
 
+def _pids_of(prog, arg):
+    """Pids of processes named `prog` with `arg` on their command line."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv and os.path.basename(argv[0]) == prog.encode() and arg.encode() in argv:
+                out.append(int(d))
+    return out
+
+
+def _dead(path):
+    """A mount whose FUSE process died (statvfs always asks the file system; a stat may be
+    answered from the kernel's cache)."""
+    try:
+        os.statvfs(path)
+        return False
+    except OSError as e:
+        return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+
+
 def scenario_in_runtime(env):
     env.check_binaries(env.clio_run, env.clioctl)
     env.write_config()
@@ -315,7 +341,8 @@ def scenario_in_runtime(env):
     finally:
         run_cmd(["umount", mnt])
 
-    # kill -9: the kernel keeps a dead mount; a start names it instead of calling it missing.
+    # kill -9: the kernel keeps a dead mount. A start on it detaches it (it is CLIO's, and
+    # nothing can serve it any more) and mounts afresh: a restart after a crash just works.
     env.start_runtime(mount=mnt)
     late = os.urandom(3 * MiB + 5)
     _write(os.path.join(mnt, "late.bin"), late)
@@ -326,15 +353,45 @@ def scenario_in_runtime(env):
     except OSError as e:
         # The first access after the abort may say ECONNABORTED, later ones ENOTCONN.
         check(e.errno in (errno.ENOTCONN, errno.ECONNABORTED), f"listdir of the dead mount: {e}")
-    cp = run_cmd([env.clio_run, "start", "--mount", mnt], env=env.env())
-    check(cp.returncode != 0 and "dead FUSE mount" in _text(cp.stderr),
-          "start on the dead mount should name it\n" + describe(cp))
-    cp = run_cmd(["fusermount3", "-u", mnt])
-    check(cp.returncode == 0, "fusermount3 -u of the dead mount\n" + describe(cp))
     env.start_runtime(mount=mnt, options=["attr_timeout=0"])
+    check(len(e2e.mount_entries(mnt)) == 1, f"mounts stacked on {mnt}: {e2e.mount_entries(mnt)}")
     check_exact(os.path.join(mnt, "late.bin"), late, "fsynced before kill -9")
     for rel, data in files.items():
         check_exact(os.path.join(mnt, "dir", rel), data, "after kill -9 and a start")
+    env.stop_runtime()
+
+    # Another file system's dead mount is not ours to remove: refused, naming it.
+    other = os.path.join(env.T, "other")
+    src = os.path.join(env.T, "other-src")
+    os.mkdir(other)
+    os.mkdir(src)
+    if shutil.which("bindfs"):
+        cp = run_cmd(["bindfs", src, other])
+        check(cp.returncode == 0, "bindfs\n" + describe(cp))
+        env.mountpoints.add(other)
+        for pid in _pids_of("bindfs", other):
+            os.kill(pid, 9)
+        e2e.wait_until(lambda: _dead(other), "the bindfs mount to die")
+        cp = run_cmd([env.clio_run, "start", "--mount", other], env=env.env())
+        check(cp.returncode != 0 and "dead FUSE mount" in _text(cp.stderr),
+              "a start on another file system's dead mount should refuse, naming it\n" + describe(cp))
+        check(env.runtime_status() != 0, "a runtime runs after the refused start")
+        check(e2e.mount_entries(other)[-1][0] == "fuse", f"the dead bindfs mount was touched: {e2e.mount_entries(other)}")
+        run_cmd(["fusermount3", "-u", other])
+    else:
+        log("bindfs is not installed: the check of another file system's dead mount is skipped")
+
+    # clio-fuse the same: killed with SIGKILL, then mounted again over its dead mount.
+    env.start_runtime()
+    env.mount(mnt)
+    env.kill_fuse(mnt)
+    check(_dead(mnt), f"{mnt} is not a dead mount after clio-fuse was killed")
+    env.mount(mnt)
+    check(len(e2e.mount_entries(mnt)) == 1, f"mounts stacked on {mnt}: {e2e.mount_entries(mnt)}")
+    check_exact(os.path.join(mnt, "late.bin"), late, "through clio-fuse mounted over its dead mount")
+    env.unmount(mnt)
+    env.stop_runtime()
+    env.start_runtime(mount=mnt)
     env.stop_runtime()
     check(not e2e.is_mounted(mnt), "mounted after the last stop")
     log("in-runtime mount: refusals, data across stop/start and kill -9, open file at stop, outside unmount")
