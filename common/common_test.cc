@@ -1,10 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 
 #include "common/codec.h"
 #include "common/size.h"
 #include "common/status.h"
+#include "common/mounts.h"
 
 using namespace clio;
 
@@ -89,4 +92,21 @@ TEST_CASE("Big-endian keys sort numerically") {
   AppendBigEndian64(&b, 256);
   CHECK(a < b);
   CHECK(ReadBigEndian64(b) == 256);
+}
+
+TEST_CASE("ReadMounts lists this process's mounts with their devices and types") {
+  auto mounts = ReadMounts();
+  REQUIRE(mounts.ok());
+  bool root = false, proc = false;
+  for (const MountEntry& m : *mounts) {
+    if (m.mountpoint == "/") root = true;
+    if (m.mountpoint == "/proc" && m.fstype == "proc") {
+      proc = true;
+      struct stat st {};
+      REQUIRE(::stat("/proc", &st) == 0);
+      CHECK(m.dev == st.st_dev);
+    }
+  }
+  CHECK(root);
+  CHECK(proc);
 }

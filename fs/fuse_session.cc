@@ -35,6 +35,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/mounts.h"
 #include "common/thread_annotations.h"
 #include "fs/errno_map.h"
 #include "fs/fs_protocol.h"
@@ -824,57 +825,18 @@ fuse_lowlevel_ops MakeOps() {
   return ops;
 }
 
-std::string UnescapeMountField(const std::string& f) {
-  std::string out;
-  for (size_t i = 0; i < f.size(); ++i) {
-    if (f[i] == '\\' && i + 3 < f.size() && f[i + 1] >= '0' && f[i + 1] <= '3' && f[i + 2] >= '0' &&
-        f[i + 2] <= '7' && f[i + 3] >= '0' && f[i + 3] <= '7') {
-      out += static_cast<char>((f[i + 1] - '0') * 64 + (f[i + 2] - '0') * 8 + (f[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += f[i];
-    }
-  }
-  return out;
-}
-
-// The mount on `path` in /proc/self/mountinfo (the last one when several are stacked): its
-// device (field 3, major:minor) and file system type (first field after " - "); nullopt when
-// nothing is mounted there. Read from the table, never by stat(2): a stat of a FUSE mount
-// whose session is not serving yet would wait forever.
-struct MountEntry {
-  dev_t dev = 0;
-  std::string fstype;
-};
+// The mount on `path` (the last one when several are stacked); nullopt when nothing is
+// mounted there or the table cannot be read.
 std::optional<MountEntry> TopMount(const std::string& path) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
+  auto mounts = ReadMounts();
+  if (!mounts.ok()) return std::nullopt;
   std::optional<MountEntry> top;
-  while (std::getline(in, line)) {
-    // Field 5 is the mount point, with space, tab, newline and backslash as octal escapes.
-    size_t pos = 0;
-    for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
-    if (pos == std::string::npos) continue;
-    size_t end = line.find(' ', pos + 1);
-    if (UnescapeMountField(line.substr(pos + 1, end - pos - 1)) != path) continue;
-    MountEntry e;
-    unsigned maj = 0, mnr = 0;
-    const size_t f3 = line.find(' ', line.find(' ') + 1);
-    if (f3 != std::string::npos && std::sscanf(line.c_str() + f3 + 1, "%u:%u", &maj, &mnr) == 2) e.dev = makedev(maj, mnr);
-    const size_t sep = line.find(" - ");
-    if (sep != std::string::npos) e.fstype = line.substr(sep + 3, line.find(' ', sep + 3) - sep - 3);
-    top = e;
-  }
+  for (const MountEntry& m : *mounts)
+    if (m.mountpoint == path) top = m;
   return top;
 }
 
-std::optional<dev_t> MountDevice(const std::string& path) {
-  std::optional<MountEntry> e = TopMount(path);
-  if (!e) return std::nullopt;
-  return e->dev;
-}
-
-bool IsMountPoint(const std::string& path) { return MountDevice(path).has_value(); }
+bool IsMountPoint(const std::string& path) { return TopMount(path).has_value(); }
 
 // Options mount(8) and fstab pass that mean nothing to FUSE.
 bool IsMountOnlyOption(const std::string& key) {
@@ -989,8 +951,8 @@ struct FuseMount::Impl {
   // ends the connection, which ends the loop; open files keep it until they close.
   void Detach() {
     const std::string& mnt = mountpoint();
-    std::optional<dev_t> now = MountDevice(mnt);
-    if (!now || *now != dev) return;
+    std::optional<MountEntry> now = TopMount(mnt);
+    if (!now || now->dev != dev) return;
     if (::geteuid() == 0) {
       if (::umount2(mnt.c_str(), MNT_DETACH) != 0) CLIO_LOG_WARN("unmounting {}: {}", mnt, std::strerror(errno));
     } else if (!RunFusermount("-uz", mnt)) {
@@ -1063,7 +1025,8 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(FuseMountOptions options, Fs
   if (fuse_session_mount(impl->se, real.c_str()) != 0) {
     return IoError("mounting " + real + " failed (see the message above)");
   }
-  impl->dev = MountDevice(real).value_or(0);
+  std::optional<MountEntry> mounted = TopMount(real);
+  impl->dev = mounted ? mounted->dev : 0;
   return std::unique_ptr<FuseMount>(new FuseMount(std::move(impl)));
 }
 

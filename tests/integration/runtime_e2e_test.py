@@ -249,21 +249,6 @@ def scenario_module(env):
     env.stop_runtime()
 
 
-def _pids_of(prog, arg):
-    """Pids of processes named `prog` with `arg` on their command line."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv and os.path.basename(argv[0]) == prog.encode() and arg.encode() in argv:
-                out.append(int(d))
-    return out
-
-
 def _dead(path):
     """A mount whose FUSE process died (statvfs always asks the file system; a stat may be
     answered from the kernel's cache)."""
@@ -369,7 +354,7 @@ def scenario_in_runtime(env):
         cp = run_cmd(["bindfs", src, other])
         check(cp.returncode == 0, "bindfs\n" + describe(cp))
         env.mountpoints.add(other)
-        for pid in _pids_of("bindfs", other):
+        for pid in e2e.find_fuse_pids("bindfs", other):
             os.kill(pid, 9)
         e2e.wait_until(lambda: _dead(other), "the bindfs mount to die")
         cp = run_cmd([env.clio_run, "start", "--mount", other], env=env.env())
