@@ -280,6 +280,12 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "clio_run: %s\n", real.status().message().c_str());
       return 1;
     }
+    if (mount->io_uring == FuseUringMode::kOn) {
+      if (Status u = FuseUringAvailable(); !u.ok()) {
+        std::fprintf(stderr, "clio_run: -o io_uring=on: %s\n", u.message().c_str());
+        return 1;
+      }
+    }
   }
   if (*start) return Start(std::move(cfg).value(), foreground, fresh, mount);
   if (*stop) return Stop(*cfg);

@@ -35,10 +35,12 @@
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/mounts.h"
 #include "common/thread_annotations.h"
 #include "fs/errno_map.h"
 #include "fs/fs_protocol.h"
+#include "fs/fuse_uring.h"
 
 namespace clio {
 namespace {
@@ -292,7 +294,16 @@ struct FuseState {
   KnownCleanFiles clean_files;
   DeletedInodes deleted;
   FreshDirAttrs dir_attrs;
+  std::unique_ptr<FuseUring> uring;  // unless -o io_uring=off
 };
+
+// libfuse's I/O on /dev/fuse, through the ring's hooks (fs/fuse_uring.h).
+ssize_t UringRead(int fd, void* buf, size_t len, void* userdata) {
+  return static_cast<FuseState*>(userdata)->uring->Read(fd, buf, len);
+}
+ssize_t UringWritev(int fd, struct iovec* iov, int count, void* userdata) {
+  return static_cast<FuseState*>(userdata)->uring->Writev(fd, iov, count);
+}
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
 
@@ -880,6 +891,14 @@ Status ApplyMountOptions(const std::string& opts, FuseMountOptions* options) {
       *target = std::strtod(val.c_str(), &end);
       if (val.empty() || *end || *target < 0 || *target > 86400)
         return InvalidArgument("bad value in -o " + o + " (seconds, 0 to 86400)");
+    } else if (key == "io_uring") {
+      CLIO_ASSIGN_OR_RETURN(options->io_uring, ParseFuseUringMode(val));
+    } else if (key == "uring_threads") {
+      char* end = nullptr;
+      const long n = std::strtol(val.c_str(), &end, 10);
+      if (val.empty() || *end || n < 1 || n > 64)
+        return InvalidArgument("bad value in -o " + o + " (ring threads per CPU, 1 to 64)");
+      options->uring_threads = static_cast<int>(n);
     } else if (key == "conf") {
       if (val.empty()) return InvalidArgument("-o conf needs a file");
       options->conf = val;
@@ -896,7 +915,11 @@ Result<std::string> CheckMountPoint(const std::string& path) {
   struct statvfs vfs {};
   // statfs, not stat: the kernel may answer a stat of a FUSE root from its cache, a statfs
   // always asks the file system.
-  if (::statvfs(path.c_str(), &vfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
+  int probe = ::statvfs(path.c_str(), &vfs);
+  // Over io_uring, a request the kernel was handing to a ring whose process died ends with
+  // ECANCELED; the next one says ENOTCONN.
+  if (probe != 0 && errno == ECANCELED) probe = ::statvfs(path.c_str(), &vfs);
+  if (probe != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
     // A dead mount: the process serving it died. One of ours (fuse.clio) holds nothing that
     // can still be served, so it is detached and the mount goes ahead (a restart after a
     // crash just works); any other is left to its owner.
@@ -934,6 +957,7 @@ struct FuseMount::Impl {
   CondVar ended_cv;
   bool ended GUARDED_BY(mu) = false;
   bool abandoned = false;  // Stop() could not end the loop; its threads still use this
+  metrics::SamplerRegistration uring_metrics;
 
   ~Impl() {
     if (se != nullptr) {
@@ -990,7 +1014,11 @@ struct FuseMount::Impl {
     fuse_loop_config lc{};
     lc.clone_fd = 0;
     lc.max_idle_threads = static_cast<unsigned>(max_idle_threads);
-    return fuse_session_loop_mt(se, &lc);
+    const int rc = fuse_session_loop_mt(se, &lc);
+    // The connection ended (or the session was told to exit): the rings have nothing more
+    // to serve, and closing them lets the kernel release the connection.
+    if (state.uring) state.uring->Stop();
+    return rc;
   }
 };
 
@@ -1022,8 +1050,36 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(FuseMountOptions options, Fs
     if (fuse_set_signal_handlers(impl->se) != 0) return Internal("cannot install signal handlers");
     impl->signals = true;
   }
+  if (options.io_uring == FuseUringMode::kOn) CLIO_RETURN_IF_ERROR(FuseUringAvailable().WithContext("-o io_uring=on"));
   if (fuse_session_mount(impl->se, real.c_str()) != 0) {
     return IoError("mounting " + real + " failed (see the message above)");
+  }
+  if (options.io_uring != FuseUringMode::kOff) {
+    // Before the loop reads FUSE_INIT, which decides whether the kernel uses the ring.
+    fuse_session* se = impl->se;
+    const int fd = fuse_session_fd(se);
+    impl->state.uring = std::make_unique<FuseUring>(fd, options.io_uring, options.uring_threads,
+                                                    [se](const void* request, size_t size) {
+                                                      fuse_buf b{};
+                                                      b.size = size;
+                                                      b.mem = const_cast<void*>(request);
+                                                      fuse_session_process_buf(se, &b);
+                                                    });
+    fuse_custom_io io{};
+    io.read = UringRead;
+    io.writev = UringWritev;
+    if (int rc = fuse_session_custom_io(se, &io, fd); rc != 0) {
+      return Internal("cannot take over the FUSE session's I/O (libfuse: " + std::string(std::strerror(-rc)) + ")");
+    }
+    FuseUring* uring = impl->state.uring.get();
+    impl->uring_metrics = metrics::SamplerRegistration([uring] {
+      const char* help = "FUSE requests served, by the channel they came through";
+      return std::vector<metrics::Sample>{
+          {"clio_fuse_requests_total", help, {{"channel", "io_uring"}}, static_cast<double>(uring->ring_requests()),
+           metrics::Sample::Kind::kCounter},
+          {"clio_fuse_requests_total", help, {{"channel", "dev"}}, static_cast<double>(uring->dev_requests()),
+           metrics::Sample::Kind::kCounter}};
+    });
   }
   std::optional<MountEntry> mounted = TopMount(real);
   impl->dev = mounted ? mounted->dev : 0;

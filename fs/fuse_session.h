@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "fs/fs_protocol.h"
+#include "fs/fuse_uring.h"
 
 namespace clio {
 
@@ -29,6 +30,13 @@ struct FuseMountOptions {
   double negative_timeout = 1.0;
   std::string conf;  // -o conf=FILE: the runtime's config (clio-fuse only)
   bool debug = false;  // libfuse's -d: every request on stderr
+  // -o io_uring=auto|on|off: FUSE over io_uring (fs/fuse_uring.h). auto uses it when the
+  // kernel offers it (fuse.enable_uring=1); on refuses to mount when the kernel does not. Off
+  // by default: on the 2-core VM it helps some operations and slows others (bench/README).
+  FuseUringMode io_uring = FuseUringMode::kOff;
+  // -o uring_threads=N: ring threads per CPU, each answering one request at a time (more
+  // keep a CPU's requests moving while one waits on a slow tier).
+  int uring_threads = 2;
   // SIGTERM, SIGINT and SIGHUP end Loop(), installed before the mount (clio-fuse; the runtime
   // has handlers of its own).
   bool handle_signals = false;

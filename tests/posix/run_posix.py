@@ -3,14 +3,17 @@
 
     sudo python3 tests/posix/run_posix.py --build-dir build [--user clio-test] [--only GROUPS]
                                           [--skip-tmpfs] [--skip-programs] [--keep]
-                                          [--in-runtime]
+                                          [--in-runtime] [--io-uring]
 
 1. Mounts a fresh tmpfs and runs tests/posix/conformance.py on it as root and as an
    unprivileged user (--user, created with useradd -r if missing): the reference, which must
    pass completely.
 2. Starts a CLIO runtime and FUSE mount (-o allow_other) with tests/integration/e2e_test.py's
    Env and runs the same suite there, as root and as the user. With --in-runtime the runtime
-   serves the mount itself (clio_run start --mount) instead of clio-fuse.
+   serves the mount itself (clio_run start --mount) instead of clio-fuse. With --io-uring the
+   mount serves FUSE over io_uring (-o io_uring=on, the kernel's fuse.enable_uring turned on
+   for the run and restored after): the same suite through the rings, and a check that the
+   rings served it (threads named clio-uringQ, none refused).
 3. Runs real programs on each mount: git init/add/commit/gc/clone/fsck, tar of a tree in and
    back out compared by sha256 (and mode, mtime, link targets), make -j2 of a generated C
    project.
@@ -19,7 +22,7 @@ Every result is one line. On CLIO, a failing check named in KNOWN_FAILURES is pr
 (not counted as a failure); a check in KNOWN_FAILURES that passes is XPASS and fails the run, and
 so does an entry that matched no check at all, so the list cannot go stale. Nothing is excused
 on tmpfs. The last line is "N passed, M failed"; the exit status is non-zero when M > 0, and
-77 (skipped) without root or /dev/fuse.
+77 (skipped) without root or /dev/fuse (or, with --io-uring, a kernel without FUSE over io_uring).
 """
 
 import argparse
@@ -395,7 +398,37 @@ def make_remount_tree(root):
     os.utime(p("dir"), (1_200_000_000, 1_200_000_002))   # last, after its parent changed
 
 
-def remount_check(res, env, in_runtime):
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+def mount_options(args):
+    return ["allow_other"] + (["io_uring=on"] if args.io_uring else [])
+
+
+def ring_threads(pid):
+    """Names of the FUSE ring threads of a process (fs/fuse_uring.cc names them by state)."""
+    names = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                n = f.read().strip()
+        except OSError:
+            continue
+        if n.startswith("clio-uring"):
+            names.append(n)
+    return names
+
+
+def ring_check(res, env, args):
+    """--io-uring: the process serving the mount has its ring threads, and they served."""
+    pids = [env.runtime_pid()] if args.in_runtime else e2e_test.find_fuse_pids(env.clio_fuse, env.mnt)
+    names = ring_threads(pids[0]) if pids and pids[0] else []
+    served = [n for n in names if n[len("clio-uring"):].isdigit()]
+    ok = bool(served) and "clio-uring-no" not in names
+    res.add("clio", "root", "harness.io_uring_served", ok, "" if ok else f"ring threads: {names}")
+
+
+def remount_check(res, env, in_runtime, options):
     """CLIO only: what the mount shows before an unmount must be what it shows after (with
     --in-runtime: before and after a stop and start of the runtime that serves it)."""
     top = os.path.join(env.mnt, "remount")
@@ -408,10 +441,10 @@ def remount_check(res, env, in_runtime):
         if in_runtime:
             env.stop_runtime()
             assert not e2e_test.is_mounted(env.mnt), "the runtime stopped but its mount stayed"
-            env.start_runtime(mount=env.mnt, options=["allow_other"])
+            env.start_runtime(mount=env.mnt, options=options)
         else:
             env.unmount()
-            env.mount(options=["allow_other"])
+            env.mount(options=options)
         for t, (m, x) in zip(trees, before):
             compare_manifests(m, manifest(t), f"{t} after unmount + mount")
             assert x == xattr_manifest(t), f"{t}: xattrs differ after unmount + mount"
@@ -466,10 +499,10 @@ def on_clio(res, args):
         os.chmod(env.T, 0o755)                   # the unprivileged user must reach the mount
         env.write_config(env.config_text(ram_capacity="256MB"))
         if args.in_runtime:
-            env.start_runtime(mount=env.mnt, options=["allow_other"])
+            env.start_runtime(mount=env.mnt, options=mount_options(args))
         else:
             env.start_runtime()
-            env.mount(options=["allow_other"])
+            env.mount(options=mount_options(args))
         st = os.stat(env.mnt)
         if stat.S_IMODE(st.st_mode) & 0o005 != 0o005:
             os.chmod(env.mnt, 0o755)
@@ -479,7 +512,11 @@ def on_clio(res, args):
             scratch = os.path.join(env.T, "scratch")
             os.mkdir(scratch)
             run_programs(res, "clio", env.mnt, scratch, keep=True)
-        remount_check(res, env, args.in_runtime)
+        if args.io_uring:
+            ring_check(res, env, args)
+        remount_check(res, env, args.in_runtime, mount_options(args))
+        if args.io_uring:
+            ring_check(res, env, args)   # the remounted session has its rings too
         # the mount must still be alive after all of it
         try:
             os.listdir(env.mnt)
@@ -504,6 +541,8 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep CLIO's temp dir")
     ap.add_argument("--in-runtime", action="store_true",
                     help="mount CLIO from the runtime itself (clio_run start --mount) instead of clio-fuse")
+    ap.add_argument("--io-uring", action="store_true",
+                    help="serve the CLIO mount over io_uring (-o io_uring=on); turns fuse.enable_uring on for the run")
     args = ap.parse_args()
     args.build_dir = os.path.abspath(args.build_dir)
     if os.geteuid() != 0:
@@ -515,6 +554,28 @@ def main():
     missing = [p for p in ("git", "tar", "make", "cc") if not shutil.which(p)]
     if missing and not args.skip_programs:
         print(f"note: {missing} not installed; the program checks that need them will fail")
+    uring_before = None
+    if args.io_uring:
+        try:
+            os.close(os.open("/dev/fuse", os.O_RDWR))   # loads fuse.ko, whose parameters show then
+        except OSError:
+            pass
+        if not os.path.exists(URING_PARAM):
+            print(f"SKIP: this kernel has no FUSE over io_uring (no {URING_PARAM}; Linux 6.14+)")
+            return 77
+        with open(URING_PARAM) as f:
+            uring_before = f.read().strip()
+        with open(URING_PARAM, "w") as f:
+            f.write("1\n")
+    try:
+        return run_all(args)
+    finally:
+        if uring_before is not None:
+            with open(URING_PARAM, "w") as f:
+                f.write("1\n" if uring_before in ("Y", "1") else "0\n")
+
+
+def run_all(args):
     os.chdir("/")
     res = Results()
     if not args.skip_tmpfs:
