@@ -173,11 +173,6 @@ FuseUring::FuseUring(int dev_fd, FuseUringMode mode, int threads_per_queue, Proc
 
 FuseUring::~FuseUring() { Stop(); }
 
-std::string FuseUring::why_not() const {
-  const char* w = why_not_.load();
-  return w == nullptr ? std::string() : std::string(w);
-}
-
 ssize_t FuseUring::Read(int fd, void* buf, size_t len) {
   const ssize_t n = ::read(fd, buf, len);
   if (n >= static_cast<ssize_t>(sizeof(fuse_in_header))) {
@@ -228,10 +223,11 @@ ssize_t FuseUring::Writev(int fd, struct iovec* iov, int count) {
   const bool whole = count >= 2 && out.error == 0 && iov[1].iov_len >= kFlags2 + 4;
   bool ask = false;
   if (mode_ == FuseUringMode::kOff) {
-    why_not_ = "-o io_uring=off";
+    // Not asked for (the session makes no FuseUring then; kept for any other caller).
   } else if (!kernel_offers_) {
-    why_not_ = "the kernel does not offer it (fuse.enable_uring is off, or Linux is older than 6.14)";
-    if (mode_ == FuseUringMode::kOn) CLIO_LOG_ERROR("-o io_uring=on, but {}; serving through /dev/fuse", why_not());
+    if (mode_ == FuseUringMode::kOn)
+      CLIO_LOG_ERROR("-o io_uring=on, but the kernel does not offer it (fuse.enable_uring is off, or Linux is "
+                     "older than 6.14); serving through /dev/fuse");
   } else if (whole) {
     fuse_init_out init{};
     std::memcpy(&init, iov[1].iov_base, sizeof init <= iov[1].iov_len ? sizeof init : iov[1].iov_len);
@@ -266,8 +262,8 @@ bool FuseUring::PrepareRings(size_t payload_size) {
   const std::vector<bool> possible = ReadCpuList("/sys/devices/system/cpu/possible");
   const std::vector<bool> online = ReadCpuList("/sys/devices/system/cpu/online");
   if (possible.empty()) {
-    why_not_ = "the CPU list (/sys/devices/system/cpu/possible) could not be read";
-    CLIO_LOG_WARN("FUSE over io_uring: {}; serving through /dev/fuse", why_not());
+    CLIO_LOG_WARN("FUSE over io_uring: the CPU list (/sys/devices/system/cpu/possible) could not be read; "
+                  "serving through /dev/fuse");
     return false;
   }
   std::vector<uint16_t> qids;
@@ -286,8 +282,7 @@ bool FuseUring::PrepareRings(size_t payload_size) {
     int rc = io_uring_queue_init_params(4, &r.ring, &p);
     if (rc < 0) {
       CLIO_LOG_WARN("FUSE over io_uring: cannot make a ring ({}); serving through /dev/fuse", std::strerror(-rc));
-      why_not_ = "an io_uring could not be set up";
-      for (size_t j = 0; j < i; ++j) io_uring_queue_exit(&rings_[j].ring), rings_[j].initialized = false;
+      for (size_t j = 0; j < i; ++j) io_uring_queue_exit(&rings_[j].ring);
       rings_.reset();
       num_rings_ = 0;
       return false;
@@ -351,7 +346,6 @@ void FuseUring::RingLoop(Ring* r) {
     // The kernel waits for an entry on every queue before it uses any, so this CPU's requests
     // would wait until the mount ends. Not seen outside memory exhaustion.
     failed_ = true;
-    why_not_ = "a ring registration could not be submitted";
     CLIO_LOG_ERROR("FUSE over io_uring: queue {} could not submit its registration; the mount may stall "
                    "(remount with -o io_uring=off)", r->qid);
   }
@@ -374,7 +368,6 @@ void FuseUring::RingLoop(Ring* r) {
         // connection.
         (void)pthread_setname_np(pthread_self(), "clio-uring-no");
         if (!failed_.exchange(true)) {
-          why_not_ = "the kernel refused the ring registration";
           CLIO_LOG_WARN("FUSE over io_uring: the kernel refused queue {}'s registration ({}); serving through /dev/fuse",
                         r->qid, std::strerror(-res));
         }
@@ -390,8 +383,7 @@ void FuseUring::RingLoop(Ring* r) {
     if (!fetched) {
       fetched = true;
       (void)pthread_setname_np(pthread_self(), ("clio-uring" + std::to_string(r->qid)).c_str());
-      if (!active_.exchange(true)) CLIO_LOG_INFO("FUSE over io_uring: {} ring threads serve {} CPU queues",
-                                                 num_rings_, num_rings_ / static_cast<size_t>(threads_per_queue_));
+      if (!active_.exchange(true)) CLIO_LOG_INFO("FUSE over io_uring: {} ring threads serve the CPU queues", num_rings_);
     }
     // Rebuild the request as /dev/fuse would deliver it: header, first argument, payload.
     fuse_in_header in;

@@ -58,13 +58,9 @@ class FuseUring {
   // the session loop ended, when the kernel sends nothing more.
   void Stop();
 
-  // Whether a request came through a ring (the kernel took it).
-  bool active() const { return active_.load(); }
   // Requests answered through the rings and through /dev/fuse.
   uint64_t ring_requests() const { return ring_requests_.load(std::memory_order_relaxed); }
   uint64_t dev_requests() const { return dev_requests_.load(std::memory_order_relaxed); }
-  // Why the ring is not in use, for the log: empty while it is, or before INIT.
-  std::string why_not() const;
 
  private:
   struct Ring;
@@ -84,11 +80,10 @@ class FuseUring {
   std::atomic<bool> kernel_offers_{false};
   std::unique_ptr<Ring[]> rings_;
   size_t num_rings_ = 0;
-  std::atomic<bool> active_{false};
-  std::atomic<bool> failed_{false};
+  std::atomic<bool> active_{false};  // a request came through a ring: logged once
+  std::atomic<bool> failed_{false};  // a fallback to /dev/fuse was logged
   std::atomic<uint64_t> ring_requests_{0};
   std::atomic<uint64_t> dev_requests_{0};
-  mutable std::atomic<const char*> why_not_{nullptr};
 };
 
 }  // namespace clio

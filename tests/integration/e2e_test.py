@@ -208,6 +208,43 @@ def is_clio_run(pid):
     return "clio_run" in exe or any("clio_run" in a for a in proc_cmdline(pid))
 
 
+FUSE_URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+def kernel_has_fuse_uring():
+    """Whether the kernel has FUSE over io_uring (the fuse module's parameters show once it is
+    loaded, which an open of /dev/fuse does)."""
+    try:
+        os.close(os.open("/dev/fuse", os.O_RDWR))
+    except OSError:
+        pass
+    return os.path.exists(FUSE_URING_PARAM)
+
+
+def kernel_fuse_uring():
+    """The kernel's switch for FUSE over io_uring: on or off."""
+    with open(FUSE_URING_PARAM) as f:
+        return f.read().strip() in ("Y", "1")
+
+
+def set_kernel_fuse_uring(on):
+    with open(FUSE_URING_PARAM, "w") as f:
+        f.write("1\n" if on else "0\n")
+
+
+def fuse_ring_threads(pid):
+    """Names of a process's FUSE ring threads (fs/fuse_uring.cc names them by state:
+    clio-uring-reg, clio-uringQ once it served on CPU queue Q, clio-uring-no when refused)."""
+    names = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return [n for n in names if n.startswith("clio-uring")]
+
+
 def find_fuse_pids(fuse_bin, mountpoint):
     """Pids of clio-fuse processes serving exactly this mount point (our own temp dir)."""
     name = os.path.basename(fuse_bin)

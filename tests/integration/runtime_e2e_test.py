@@ -455,28 +455,10 @@ def scenario_flush_error(env):
     env.stop_runtime()
 
 
-URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
-
-
-def _set_kernel_uring(on):
-    with open(URING_PARAM, "w") as f:
-        f.write("1\n" if on else "0\n")
-
-
 def _fuse_requests(port):
     """clio_fuse_requests_total by channel: {"io_uring": n, "dev": n}."""
     values, _ = e2e.scrape(port)
     return {ch: values.get(f'clio_fuse_requests_total{{channel="{ch}"}}', 0.0) for ch in ("io_uring", "dev")}
-
-
-def _kernel_has_uring():
-    """Whether the kernel has FUSE over io_uring (its parameters show once fuse.ko is loaded,
-    which an open of /dev/fuse does)."""
-    try:
-        os.close(os.open("/dev/fuse", os.O_RDWR))
-    except OSError:
-        pass
-    return os.path.exists(URING_PARAM)
 
 
 def _cpu_list(path):
@@ -495,25 +477,13 @@ def _expected_ring_threads(per_cpu):
     return sum(per_cpu if c in online else 1 for c in possible)
 
 
-def _ring_thread_names(pid):
-    names = []
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass
-    return [n for n in names if n.startswith("clio-uring")]
-
-
 def scenario_fuse_uring(env):
     env.check_binaries(env.clio_run)
     port = free_port()
     env.write_config(_runtime_keys(env, f"  http_port: {port}\n"))
     mnt = os.path.join(env.T, "ring")
     os.mkdir(mnt)
-    with open(URING_PARAM) as f:
-        before = f.read().strip() in ("Y", "1")
+    before = e2e.kernel_fuse_uring()
     try:
         # Refused at start, naming the value; nothing keeps running or stays mounted.
         for opts, words in (("io_uring=maybe", "bad value in -o io_uring=maybe (auto, on or off)"),
@@ -526,9 +496,9 @@ def scenario_fuse_uring(env):
 
         # The kernel's switch off: "on" refuses and says how to turn it on; "auto" serves
         # through /dev/fuse alone.
-        _set_kernel_uring(False)
+        e2e.set_kernel_fuse_uring(False)
         cp = run_cmd([env.clio_run, "start", "--mount", mnt, "-o", "io_uring=on"], env=env.env())
-        check(cp.returncode != 0 and f"echo 1 > {URING_PARAM}" in _text(cp.stderr),
+        check(cp.returncode != 0 and f"echo 1 > {e2e.FUSE_URING_PARAM}" in _text(cp.stderr),
               "io_uring=on with the kernel's switch off should refuse, naming it\n" + describe(cp))
         check(env.runtime_status() != 0 and not e2e.is_mounted(mnt), "left running after the refused io_uring=on")
         env.start_runtime(mount=mnt, options=["io_uring=auto"])
@@ -537,16 +507,16 @@ def scenario_fuse_uring(env):
         check_exact(os.path.join(mnt, "plain.bin"), plain, "through /dev/fuse")
         n = _fuse_requests(port)
         check(n["io_uring"] == 0 and n["dev"] > 0, f"with the kernel's switch off: {n}")
-        check(not _ring_thread_names(env.runtime_pid()), "ring threads although the kernel offered no ring")
+        check(not e2e.fuse_ring_threads(env.runtime_pid()), "ring threads although the kernel offered no ring")
         env.stop_runtime()
 
         # On: everything below goes through the rings. Three threads per CPU queue.
-        _set_kernel_uring(True)
+        e2e.set_kernel_fuse_uring(True)
         env.start_runtime(mount=mnt, options=["io_uring=on", "uring_threads=3"])
         # A connection keeps its ring once it has it: the switch goes back once a request
         # has gone through (the kernel read the INIT reply, which asked for it).
         os.listdir(mnt)
-        _set_kernel_uring(before)
+        e2e.set_kernel_fuse_uring(before)
         big = os.urandom(8 * MiB + 4099)   # 1 MiB writes: as large as a ring entry's payload
         _write(os.path.join(mnt, "big.bin"), big)
         small = {f"s{i:03}": os.urandom(i * 37 + 1) for i in range(200)}
@@ -591,7 +561,7 @@ def scenario_fuse_uring(env):
         n = _fuse_requests(port)
         # /dev/fuse still carries INIT and the kernel's FORGETs; everything else is on the rings.
         check(n["io_uring"] >= 1000 and n["io_uring"] > 4 * n["dev"], f"requests by channel: {n}")
-        names = _ring_thread_names(env.runtime_pid())
+        names = e2e.fuse_ring_threads(env.runtime_pid())
         check(len(names) == _expected_ring_threads(3) and "clio-uring-no" not in names, f"ring threads: {names}")
         log(f"through the rings: {n}; threads {sorted(names)}")
 
@@ -600,7 +570,7 @@ def scenario_fuse_uring(env):
         _stop_with_file_open(env, mnt, os.path.join(mnt, "big.bin"))
 
         # kill -9 under the rings: the next start detaches the dead mount; fsynced data is there.
-        _set_kernel_uring(True)
+        e2e.set_kernel_fuse_uring(True)
         env.start_runtime(mount=mnt, options=["io_uring=on"])
         late = os.urandom(2 * MiB + 3)
         _write(os.path.join(mnt, "late.bin"), late)
@@ -609,7 +579,7 @@ def scenario_fuse_uring(env):
         _check_dead(mnt)
         env.start_runtime(mount=mnt, options=["io_uring=on"])
         os.listdir(mnt)
-        _set_kernel_uring(before)
+        e2e.set_kernel_fuse_uring(before)
         check(len(e2e.mount_entries(mnt)) == 1, f"mounts stacked on {mnt}: {e2e.mount_entries(mnt)}")
         check_exact(os.path.join(mnt, "late.bin"), late, "fsynced before kill -9, through the rings")
         check_exact(os.path.join(mnt, "big.bin"), big, "after kill -9 and a start")
@@ -617,7 +587,7 @@ def scenario_fuse_uring(env):
         env.stop_runtime()
         check(not e2e.is_mounted(mnt), "mounted after the last stop")
     finally:
-        _set_kernel_uring(before)
+        e2e.set_kernel_fuse_uring(before)
     log("FUSE over io_uring: refusals, /dev/fuse when off, data through the rings, stop and kill -9")
 
 
@@ -637,9 +607,9 @@ def main(argv=None):
     os.chdir("/")
     e2e.SCENARIO_FUNCS.update(FUNCS)
     names = [args.only] if args.only else list(SCENARIOS)
-    if not _kernel_has_uring():
+    if not e2e.kernel_has_fuse_uring():
         if args.only == "fuse_uring":
-            print(f"SKIP: this kernel has no FUSE over io_uring (no {URING_PARAM}; Linux 6.14+)")
+            print(f"SKIP: this kernel has no FUSE over io_uring (no {e2e.FUSE_URING_PARAM}; Linux 6.14+)")
             return 77
         names = [n for n in names if n != "fuse_uring"]
     results = [e2e.run_scenario(n, args) for n in names]

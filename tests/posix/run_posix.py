@@ -398,31 +398,14 @@ def make_remount_tree(root):
     os.utime(p("dir"), (1_200_000_000, 1_200_000_002))   # last, after its parent changed
 
 
-URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
-
-
 def mount_options(args):
     return ["allow_other"] + (["io_uring=on"] if args.io_uring else [])
-
-
-def ring_threads(pid):
-    """Names of the FUSE ring threads of a process (fs/fuse_uring.cc names them by state)."""
-    names = []
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                n = f.read().strip()
-        except OSError:
-            continue
-        if n.startswith("clio-uring"):
-            names.append(n)
-    return names
 
 
 def ring_check(res, env, args):
     """--io-uring: the process serving the mount has its ring threads, and they served."""
     pids = [env.runtime_pid()] if args.in_runtime else e2e_test.find_fuse_pids(env.clio_fuse, env.mnt)
-    names = ring_threads(pids[0]) if pids and pids[0] else []
+    names = e2e_test.fuse_ring_threads(pids[0]) if pids and pids[0] else []
     served = [n for n in names if n[len("clio-uring"):].isdigit()]
     ok = bool(served) and "clio-uring-no" not in names
     res.add("clio", "root", "harness.io_uring_served", ok, "" if ok else f"ring threads: {names}")
@@ -556,23 +539,16 @@ def main():
         print(f"note: {missing} not installed; the program checks that need them will fail")
     uring_before = None
     if args.io_uring:
-        try:
-            os.close(os.open("/dev/fuse", os.O_RDWR))   # loads fuse.ko, whose parameters show then
-        except OSError:
-            pass
-        if not os.path.exists(URING_PARAM):
-            print(f"SKIP: this kernel has no FUSE over io_uring (no {URING_PARAM}; Linux 6.14+)")
+        if not e2e_test.kernel_has_fuse_uring():
+            print(f"SKIP: this kernel has no FUSE over io_uring (no {e2e_test.FUSE_URING_PARAM}; Linux 6.14+)")
             return 77
-        with open(URING_PARAM) as f:
-            uring_before = f.read().strip()
-        with open(URING_PARAM, "w") as f:
-            f.write("1\n")
+        uring_before = e2e_test.kernel_fuse_uring()
+        e2e_test.set_kernel_fuse_uring(True)
     try:
         return run_all(args)
     finally:
         if uring_before is not None:
-            with open(URING_PARAM, "w") as f:
-                f.write("1\n" if uring_before in ("Y", "1") else "0\n")
+            e2e_test.set_kernel_fuse_uring(uring_before)
 
 
 def run_all(args):
