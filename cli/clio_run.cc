@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -46,13 +47,28 @@ constexpr int kMountStopGraceMs = 5000;
 // each FUSE request runs the namespace pool's handler on the session's thread, with no hop to
 // another process. Mounted once the runtime serves; unmounted before its pools stop.
 int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOptions>& mount) {
+  // What `clio_run start` waits for: "0" once serving, or "1" and why it failed. A failure is
+  // told only when this process has let go of everything (the metadata's lock, the socket,
+  // the mount lock), so that a start right after a refused one does not find them still held:
+  // `told` is declared before everything it outlives, so its destructor runs last.
+  std::string failure;
+  auto tell = [&] {
+    if (ready_fd < 0) return;
+    std::string m = failure.empty() ? std::string("0") : "1" + failure;
+    (void)!::write(ready_fd, m.data(), m.size());
+    ::close(ready_fd);
+    ready_fd = -1;
+  };
+  struct Told {
+    std::function<void()> fn;
+    ~Told() { fn(); }
+  } told{[&] {
+    if (failure.empty()) failure = "the runtime stopped during start-up (see the log above)";
+    tell();
+  }};
   auto report = [&](const std::string& msg) {
-    if (ready_fd >= 0) {
-      std::string m = msg.empty() ? std::string("0") : "1" + msg;
-      (void)!::write(ready_fd, m.data(), m.size());
-      ::close(ready_fd);
-      ready_fd = -1;
-    }
+    if (msg.empty()) return tell();
+    if (failure.empty()) failure = msg;
   };
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir, ec);
@@ -94,7 +110,9 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
         mounted = NotFound("--mount: the runtime serves no filesystem pool 'clio_fs'");
       } else {
         const uint32_t id = fs->id();
-        auto m = FuseMount::Mount(*mount, [&rt, id](FsMethod method, std::string_view payload) {
+        FuseMountOptions opts = *mount;
+        opts.mount_lock = MountLockPath(socket_path);
+        auto m = FuseMount::Mount(opts, [&rt, id](FsMethod method, std::string_view payload) {
           return rt.Dispatch(id, static_cast<uint32_t>(method), payload);
         });
         if (m.ok()) {

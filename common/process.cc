@@ -1,5 +1,6 @@
 #include "common/process.h"
 
+#include <dirent.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -15,7 +16,16 @@ bool ProcessExited(pid_t pid) {
   std::string line;
   if (!std::getline(stat, line)) return true;  // gone between the two looks
   const size_t close = line.rfind(')');       // the name may hold spaces and parentheses
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+  if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z') return false;
+  // The leader is a zombie as soon as it has exited, while its other threads may still be
+  // on their way out holding the process's files (and so its locks): exited once it is the
+  // last thread listed.
+  DIR* tasks = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (tasks == nullptr) return true;
+  int threads = 0;
+  while (const dirent* e = ::readdir(tasks)) threads += e->d_name[0] != '.';
+  ::closedir(tasks);
+  return threads <= 1;
 }
 
 }  // namespace clio

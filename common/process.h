@@ -6,7 +6,8 @@
 namespace clio {
 
 // Whether the process has exited: gone, or a zombie its parent has not reaped yet (init reaps
-// a daemon's; some inits only every few tens of seconds).
+// a daemon's; some inits only every few tens of seconds) with none of its threads left, so its
+// files and the locks on them are released.
 bool ProcessExited(pid_t pid);
 
 }  // namespace clio

@@ -136,6 +136,12 @@ Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s);
 // The compiled-in default config text.
 std::string_view DefaultConfigYaml();
 
+// The file a mount of this runtime's filesystem holds locked (flock) while it serves: one mount
+// per runtime, since each mount's kernel caches (pages kept across opens, entries, absent
+// xattrs) stay right only while it is the namespace's only writer. Beside the socket, made by
+// the runtime when it listens, so that a client that may connect may also lock it.
+inline std::string MountLockPath(const std::string& socket_path) { return socket_path + ".mount"; }
+
 // Where /etc/clio/clio.yaml lives: the node's system-wide config (the package's conffile).
 inline constexpr const char* kSystemConfigFile = "/etc/clio/clio.yaml";
 

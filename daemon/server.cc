@@ -1,5 +1,6 @@
 #include "daemon/server.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -23,6 +24,7 @@
 #include "common/process.h"
 #include "common/thread_annotations.h"
 #include "daemon/asio.h"
+#include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "daemon/pool.h"
 #include "daemon/shm_channel.h"
@@ -116,6 +118,22 @@ class Server::Impl {
         homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
         unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
 
+  // Made once and left in place (a mount holds its lock across a runtime restart); readable by
+  // the socket's group, which is enough for flock.
+  static void MakeMountLock(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+      CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,
+                    std::strerror(errno));
+      return;
+    }
+    if (const group* g = getgrnam("clio")) {
+      if (::fchown(fd, geteuid(), g->gr_gid) != 0)
+        CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
+    }
+    ::close(fd);
+  }
+
   Status Listen() {
     const std::string& path = options_.socket_path;
     std::error_code fec;
@@ -142,6 +160,7 @@ class Server::Impl {
         CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
     }
     ::chmod(path.c_str(), 0660);
+    MakeMountLock(MountLockPath(path));
     if (options_.tcp_port != 0) {
       if (options_.token.empty()) return InvalidArgument("TCP needs the runtime's token (runtime.token_file)");
       auto addr = asio::ip::make_address(options_.tcp_address, ec);

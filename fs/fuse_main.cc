@@ -120,6 +120,7 @@ int Main(int argc, char** argv) {
                     IsIdempotent(m) ? RuntimeClient::Resend::kFreely : RuntimeClient::Resend::kMarked);
   };
   args.mount.handle_signals = true;
+  args.mount.mount_lock = MountLockPath(cfg->socket_path);
   auto mount = FuseMount::Mount(args.mount, call);
   if (!mount.ok()) {
     std::fprintf(stderr, "clio-fuse: %s\n", mount.status().message().c_str());

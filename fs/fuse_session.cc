@@ -8,6 +8,7 @@
 
 #include <fuse3/fuse_lowlevel.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -31,6 +32,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/codec.h"
@@ -946,8 +948,52 @@ Result<std::string> CheckMountPoint(const std::string& path) {
   return std::string(real);
 }
 
+// One mount per runtime. Each mount's kernel caches (pages kept across opens, entries, absent
+// xattrs, files known clean) are right only while it is the namespace's only writer: a second
+// mount would read its own stale pages after the first wrote, and could write them back.
+// Mounts of one runtime share its lock file and hold it (flock, so the kernel lets go when the
+// process dies, kill -9 included) for as long as they serve. The holder writes its mount point
+// into the file for the message of a refused mount. A holder whose mount is already gone (an
+// unmount, then a mount again at once) is waited for a few seconds while it exits.
+static Result<int> TakeMountLock(const std::string& path, const std::string& mountpoint) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0 && errno == EACCES) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "opening the runtime's mount lock " + path);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EINTR) continue;
+    std::string holder;
+    if (err == EWOULDBLOCK) {
+      char buf[PATH_MAX + 1];
+      const ssize_t n = ::pread(fd, buf, PATH_MAX, 0);
+      holder.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+      while (!holder.empty() && holder.back() == '\n') holder.pop_back();
+      std::optional<MountEntry> top = holder.empty() ? std::nullopt : TopMount(holder);
+      const bool serving = top && top->mountpoint == holder && top->fstype == "fuse.clio";
+      if (!serving && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+    }
+    ::close(fd);
+    if (err != EWOULDBLOCK) return Status::FromErrno(err, "locking the runtime's mount lock " + path);
+    const std::string there = holder.empty() ? std::string("elsewhere") : "on " + holder;
+    const std::string bind = holder.empty() ? std::string("MOUNTED_PATH") : holder;
+    return Status(Code::kBusy, "this runtime's filesystem is already mounted " + there +
+                                   ": one mount per runtime keeps every mount's kernel cache right; "
+                                   "to see it at " + mountpoint + " too, bind-mount it (mount --bind " + bind +
+                                   " " + mountpoint + ")");
+  }
+  // Not through a read-only descriptor (a user's mount): a refused mount then cannot say where.
+  const std::string line = mountpoint + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, line.data(), line.size(), 0);
+  return fd;
+}
+
 struct FuseMount::Impl {
   FuseState state;
+  int lock_fd = -1;  // the runtime's mount lock, held until the session is gone
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
   fuse_session* se = nullptr;
   bool signals = false;
@@ -966,6 +1012,7 @@ struct FuseMount::Impl {
       fuse_session_destroy(se);
     }
     fuse_opt_free_args(&args);
+    ReleaseLock();
   }
 
   const std::string& mountpoint() const { return state.options.mountpoint; }
@@ -1018,7 +1065,12 @@ struct FuseMount::Impl {
     // The connection ended (or the session was told to exit): the rings have nothing more
     // to serve, and closing them lets the kernel release the connection.
     if (state.uring) state.uring->Stop();
+    ReleaseLock();  // nothing is served here any more: another mount may go ahead
     return rc;
+  }
+
+  void ReleaseLock() {
+    if (lock_fd >= 0) ::close(std::exchange(lock_fd, -1));
   }
 };
 
@@ -1051,6 +1103,9 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(FuseMountOptions options, Fs
     impl->signals = true;
   }
   if (options.io_uring == FuseUringMode::kOn) CLIO_RETURN_IF_ERROR(FuseUringAvailable().WithContext("-o io_uring=on"));
+  if (!options.mount_lock.empty()) {
+    CLIO_ASSIGN_OR_RETURN(impl->lock_fd, TakeMountLock(options.mount_lock, real));
+  }
   if (fuse_session_mount(impl->se, real.c_str()) != 0) {
     return IoError("mounting " + real + " failed (see the message above)");
   }

@@ -29,6 +29,9 @@ struct FuseMountOptions {
   double entry_timeout = 1.0;
   double negative_timeout = 1.0;
   std::string conf;  // -o conf=FILE: the runtime's config (clio-fuse only)
+  // The runtime's mount lock (MountLockPath in daemon/config.h), held while the session
+  // serves: a second mount of the same runtime is refused. Empty: no lock.
+  std::string mount_lock;
   bool debug = false;  // libfuse's -d: every request on stderr
   // -o io_uring=auto|on|off: FUSE over io_uring (fs/fuse_uring.h). auto uses it when the
   // kernel offers it (fuse.enable_uring=1); on refuses to mount when the kernel does not. Off

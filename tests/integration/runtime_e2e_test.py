@@ -386,20 +386,58 @@ def scenario_in_runtime(env):
     else:
         log("bindfs is not installed: the check of another file system's dead mount is skipped")
 
-    # clio-fuse the same: killed with SIGKILL, then mounted again over its dead mount.
+    # One mount per runtime (each mount's kernel cache is right only while it is the only
+    # writer): a second clio-fuse is refused, naming the first and the bind mount to use.
     env.start_runtime()
     env.mount(mnt)
+    second = os.path.join(env.T, "second")
+    os.mkdir(second)
+
+    def refused(cp, what):
+        err = _text(cp.stdout) + _text(cp.stderr)
+        check(cp.returncode == 1 and f"already mounted on {mnt}" in err and
+              f"mount --bind {mnt} {second}" in err,
+              f"{what} beside the mount on {mnt} should be refused, naming it\n" + describe(cp))
+        check(not e2e.is_mounted(second), f"{second} mounted by the refused {what}")
+    refused(run_cmd([env.clio_fuse, second], env=env.env()), "a second clio-fuse")
+    # The bind mount is the same mount: what one path writes, the other reads at once.
+    cp = run_cmd(["mount", "--bind", mnt, second])
+    check(cp.returncode == 0, "mount --bind\n" + describe(cp))
+    try:
+        _write(os.path.join(mnt, "shared.txt"), b"first", fsync=False)
+        check_exact(os.path.join(second, "shared.txt"), b"first", "through the bind mount")
+        _write(os.path.join(second, "shared.txt"), b"second!", fsync=False)
+        check_exact(os.path.join(mnt, "shared.txt"), b"second!", "written through the bind mount")
+    finally:
+        run_cmd(["umount", second])
+
+    # clio-fuse killed with SIGKILL lets go of the lock with its life: mounted again over its
+    # dead mount.
     env.kill_fuse(mnt)
     check(_dead(mnt), f"{mnt} is not a dead mount after clio-fuse was killed")
     env.mount(mnt)
     check(len(e2e.mount_entries(mnt)) == 1, f"mounts stacked on {mnt}: {e2e.mount_entries(mnt)}")
     check_exact(os.path.join(mnt, "late.bin"), late, "through clio-fuse mounted over its dead mount")
-    env.unmount(mnt)
+    # The lock outlives a runtime restart: a runtime started with its own mount beside the
+    # waiting clio-fuse is refused, and clio-fuse serves again from the next runtime.
+    env.stop_runtime()
+    cp = run_cmd([env.clio_run, "start", "--mount", second], env=env.env())
+    refused(cp, "clio_run start --mount")
+    check(env.runtime_status() != 0, "a runtime runs after the refused start --mount")
+    env.start_runtime()
+    check_exact(os.path.join(mnt, "shared.txt"), b"second!", "through clio-fuse after the refused start")
+    # An unmount followed at once by a mount elsewhere waits for the exiting clio-fuse.
+    cp = run_cmd(["fusermount3", "-u", mnt])
+    check(cp.returncode == 0, "fusermount3 -u\n" + describe(cp))
+    env.mount(second)
+    check_exact(os.path.join(second, "late.bin"), late, "mounted elsewhere right after an unmount")
+    env.unmount(second)
     env.stop_runtime()
     env.start_runtime(mount=mnt)
     env.stop_runtime()
     check(not e2e.is_mounted(mnt), "mounted after the last stop")
-    log("in-runtime mount: refusals, data across stop/start and kill -9, open file at stop, outside unmount")
+    log("in-runtime mount: refusals, data across stop/start and kill -9, open file at stop, outside unmount; "
+        "one mount per runtime")
 
 
 def _flush_failures(port):
