@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -617,11 +618,73 @@ void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req
 // Directory entries are metadata; fsync of a directory commits the metadata.
 void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
 
-// An open directory holds a snapshot of its listing, so offsets stay valid while entries come
-// and go (what POSIX asks of readdir).
+// An open directory reads the runtime's listing a page at a time, as the kernel asks for it,
+// so a directory of a million entries is neither read whole at opendir nor held in memory.
+// Offsets are positions in the handle's stream: 0 ".", 1 "..", 2 + k the k-th entry. A page
+// is the entries after a cursor (a name) in name order, so an entry that stays in the
+// directory is listed exactly once however others come and go (what POSIX asks of readdir).
+// The cursor of every page read is kept (one name per page): a seekdir back to an offset
+// read before reads its page again, and a rewinddir (offset 0) lists the directory as it is
+// now. The attributes readdirplus hands out are at most a page old.
 struct DirHandle {
-  std::vector<DirEntry> entries;
+  struct Mark {
+    uint64_t start;     // the stream position of the page's first entry
+    std::string after;  // the page is the entries after this name ("" : from the first)
+  };
+  // Held across the runtime call: it only orders readdirs of one open directory, which the
+  // kernel already serializes (f_pos_lock), so nothing ever waits on it.
+  Mutex mu;
+  std::vector<Mark> marks GUARDED_BY(mu) = {Mark{0, ""}};
+  std::vector<DirEntry> page GUARDED_BY(mu);
+  uint64_t page_start GUARDED_BY(mu) = 0;
+  bool loaded GUARDED_BY(mu) = false;
+  bool last GUARDED_BY(mu) = false;  // `page` ends the directory
 };
+
+// Reads the page that starts at marks[i]; the marks after it are forgotten (the directory
+// may have changed since) and the next page's mark is taken from this one.
+Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i) REQUIRES(h->mu) {
+  Encoder e;
+  e.Put<uint64_t>(ino).PutBytes(h->marks[i].after).Put<uint32_t>(kReadDirPage);
+  auto r = Call(req, FsMethod::kReadDir, e);
+  std::vector<DirEntry> page;
+  if (r.ok()) {
+    Decoder d(*r);
+    uint32_t n = 0;
+    d.Get(&n);
+    for (uint32_t k = 0; k < n && !d.failed(); ++k) {
+      DirEntry ent;
+      d.GetString(&ent.name);
+      DecodeAttr(&d, &ent.attr);
+      page.push_back(std::move(ent));
+    }
+    CLIO_RETURN_IF_ERROR(d.Finish("readdir"));
+  } else if (r.status().code() != Code::kNotFound) {
+    return r.status();
+  }  // NotFound: the directory is gone (removed while open), so it lists as empty
+  h->marks.resize(i + 1);
+  h->page = std::move(page);
+  h->page_start = h->marks[i].start;
+  h->loaded = true;
+  h->last = h->page.size() < kReadDirPage;
+  if (!h->last) h->marks.push_back({h->page_start + h->page.size(), h->page.back().name});
+  return Status::Ok();
+}
+
+// The entry at stream position `pos`, reading pages as needed; nullptr past the end.
+Result<const DirEntry*> DirEntryAt(fuse_req_t req, fuse_ino_t ino, DirHandle* h, uint64_t pos) REQUIRES(h->mu) {
+  while (true) {
+    if (h->loaded && pos >= h->page_start) {
+      if (pos - h->page_start < h->page.size()) return &h->page[pos - h->page_start];
+      if (h->last) return nullptr;
+    }
+    // The last page that starts at or before pos; always one (marks[0] starts at 0), and each
+    // read either ends the directory or adds a mark past the page it read.
+    size_t i = h->marks.size() - 1;
+    while (h->marks[i].start > pos) --i;
+    CLIO_RETURN_IF_ERROR(FetchDirPage(req, ino, h, i));
+  }
+}
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // Counted like a file open, so an rmdir while open keeps the inode until releasedir.
@@ -630,31 +693,6 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto o = Call(req, FsMethod::kOpen, open);
   if (!o.ok()) return ReplyErr(req, o.status());
   auto h = std::make_unique<DirHandle>();
-  std::string after;
-  while (true) {
-    Encoder e;
-    e.Put<uint64_t>(ino).PutBytes(after).Put<uint32_t>(kReadDirPage);
-    auto r = Call(req, FsMethod::kReadDir, e);
-    if (!r.ok()) {
-      ReleaseQuietly(req, ino);
-      return ReplyErr(req, r.status());
-    }
-    Decoder d(*r);
-    uint32_t n = 0;
-    d.Get(&n);
-    for (uint32_t i = 0; i < n && !d.failed(); ++i) {
-      DirEntry ent;
-      d.GetString(&ent.name);
-      DecodeAttr(&d, &ent.attr);
-      h->entries.push_back(std::move(ent));
-    }
-    if (!d.Finish("readdir").ok()) {
-      ReleaseQuietly(req, ino);
-      return (void)fuse_reply_err(req, EIO);
-    }
-    if (n < kReadDirPage) break;
-    after = h->entries.back().name;
-  }
   fi->fh = reinterpret_cast<uint64_t>(h.get());
   if (fuse_reply_open(req, fi) == 0) {
     (void)h.release();
@@ -667,39 +705,45 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   auto* h = reinterpret_cast<DirHandle*>(fi->fh);
   std::string buf(size, '\0');
   size_t used = 0;
-  // Offsets: 0 -> ".", 1 -> "..", 2 + i -> entries[i]; each entry carries the next offset.
-  for (size_t i = static_cast<size_t>(off); i < h->entries.size() + 2; ++i) {
-    const char* name;
-    InodeAttr a;
-    if (i == 0) {
-      name = ".";
-      a.ino = ino;
-      a.mode = S_IFDIR;
-    } else if (i == 1) {
-      name = "..";
-      a.ino = ino;  // the kernel resolves ".." itself
-      a.mode = S_IFDIR;
-    } else {
-      name = h->entries[i - 2].name.c_str();
-      a = h->entries[i - 2].attr;
+  {
+    MutexLock l(&h->mu);
+    if (off == 0) h->loaded = false;  // the start (or a rewinddir): the directory as it is now
+    // Each entry carries the next offset.
+    for (uint64_t i = static_cast<uint64_t>(std::max<off_t>(off, 0));; ++i) {
+      const char* name;
+      InodeAttr a;
+      if (i < 2) {
+        name = i == 0 ? "." : "..";
+        a.ino = ino;  // for "..", the kernel resolves it itself
+        a.mode = S_IFDIR;
+      } else {
+        auto ent = DirEntryAt(req, ino, h, i - 2);
+        if (!ent.ok()) {
+          if (used > 0) break;  // what was gathered goes out; the next call meets the error again
+          return ReplyErr(req, ent.status());
+        }
+        if (*ent == nullptr) break;
+        name = (*ent)->name.c_str();
+        a = (*ent)->attr;
+      }
+      size_t n;
+      if (plus && i >= 2) {
+        fuse_entry_param e = ToEntry(req, a);
+        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+      } else if (plus) {
+        fuse_entry_param e{};
+        e.attr.st_ino = a.ino;
+        e.attr.st_mode = a.mode;
+        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
+      } else {
+        struct stat st {};
+        st.st_ino = a.ino;
+        st.st_mode = a.mode;
+        n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, static_cast<off_t>(i + 1));
+      }
+      if (n > size - used) break;
+      used += n;
     }
-    size_t n;
-    if (plus && i >= 2) {
-      fuse_entry_param e = ToEntry(req, a);
-      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
-    } else if (plus) {
-      fuse_entry_param e{};
-      e.attr.st_ino = a.ino;
-      e.attr.st_mode = a.mode;
-      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, static_cast<off_t>(i + 1));
-    } else {
-      struct stat st {};
-      st.st_ino = a.ino;
-      st.st_mode = a.mode;
-      n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, static_cast<off_t>(i + 1));
-    }
-    if (n > size - used) break;
-    used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
 }

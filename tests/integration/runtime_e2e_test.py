@@ -40,16 +40,18 @@ import json
 import os
 import shutil
 import socket
+import stat
 import struct
 import sys
 import threading
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test as e2e  # noqa: E402
 from e2e_test import KiB, MiB, check, check_exact, describe, free_port, log, run_cmd, _text  # noqa: E402
 
-SCENARIOS = ("transports", "module", "in_runtime", "flush_error", "fuse_uring")
+SCENARIOS = ("transports", "module", "in_runtime", "flush_error", "fuse_uring", "big_dir")
 
 
 def _runtime_keys(env, text):
@@ -629,8 +631,90 @@ def scenario_fuse_uring(env):
     log("FUSE over io_uring: refusals, /dev/fuse when off, data through the rings, stop and kill -9")
 
 
+BIG_DIR_ENTRIES = 1_000_000
+
+
+def _readdir_pages(port):
+    """The listing pages the runtime has served (each a readdir request of the mount)."""
+    values, _ = e2e.scrape(port)
+    return values.get('clio_fs_operations_total{op="readdir",outcome="ok"}', 0.0)
+
+
+def _mknod_range(d, lo, hi):
+    """Child process: the entries e<lo>..e<hi - 1> of d; exit status 0 when all were made."""
+    try:
+        for i in range(lo, hi):
+            os.mknod(os.path.join(d, f"e{i:07d}"))
+        os._exit(0)
+    except BaseException as e:  # noqa: B036 - a forked child must never return
+        print(f"mknod in {d}: {e}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
+def scenario_big_dir(env):
+    """A directory of a million entries (issue 7): made through the mount, listed whole and
+    exactly, looked up, listed lazily (opening it and reading a few entries costs a page or
+    two of the runtime's listing, not a thousand), and whole again after a restart."""
+    env.check_binaries(env.clio_run)
+    port = free_port()
+    env.write_config(_runtime_keys(env, f"  http_port: {port}\n"))
+    mnt = env.mnt
+    env.start_runtime(mount=mnt)
+    d = os.path.join(mnt, "big")
+    os.mkdir(d)
+    n = BIG_DIR_ENTRIES
+    t0 = time.monotonic()
+    pids = []
+    for k in range(2):  # one writer per core
+        pid = os.fork()
+        if pid == 0:
+            _mknod_range(d, k * n // 2, (k + 1) * n // 2)
+        pids.append(pid)
+    for pid in pids:
+        _, st = os.waitpid(pid, 0)
+        check(st == 0, f"a writer of the big directory failed (wait status {st})")
+    log(f"made {n} entries in {time.monotonic() - t0:.0f} s")
+    want = [f"e{i:07d}" for i in range(n)]
+
+    def whole(what):
+        t = time.monotonic()
+        got = os.listdir(d)
+        log(f"listed {len(got)} entries in {time.monotonic() - t:.1f} s ({what})")
+        got.sort()
+        if got != want:
+            dup = len(got) - len(set(got))
+            check(False, f"listing {what}: {len(got)} names, {dup} twice, missing e.g. "
+                         f"{sorted(set(want) - set(got))[:3]}, unknown e.g. {sorted(set(got) - set(want))[:3]}")
+    whole("after the creates")
+    for i in (0, 1, n // 2, n - 1):
+        st = os.lstat(os.path.join(d, f"e{i:07d}"))
+        check(stat.S_ISREG(st.st_mode), f"e{i:07d} is not a regular file")
+    try:
+        os.lstat(os.path.join(d, f"e{n:07d}"))
+        check(False, "a name never made was found")
+    except FileNotFoundError:
+        pass
+    before = _readdir_pages(port)
+    with os.scandir(d) as it:
+        first = [next(it).name for _ in range(10)]
+    pages = _readdir_pages(port) - before
+    check(first == want[:10], f"the first entries read (a page lists in name order): {first}")
+    # glibc's readdir fills a 32 KiB getdents buffer: about a thousand of these names.
+    check(1 <= pages <= 2, f"reading 10 entries of {n} asked the runtime for {pages:.0f} listing pages")
+    env.stop_runtime()
+    env.start_runtime(mount=mnt)
+    whole("after a restart")
+    try:
+        os.rmdir(d)
+        check(False, "rmdir of the big directory succeeded")
+    except OSError as e:
+        check(e.errno == errno.ENOTEMPTY, f"rmdir of the big directory: {e}")
+    env.stop_runtime()
+    log(f"a directory of {n} entries: made, listed exactly, looked up, listed lazily, kept across a restart")
+
+
 FUNCS = {"transports": scenario_transports, "module": scenario_module, "in_runtime": scenario_in_runtime,
-         "flush_error": scenario_flush_error, "fuse_uring": scenario_fuse_uring}
+         "flush_error": scenario_flush_error, "fuse_uring": scenario_fuse_uring, "big_dir": scenario_big_dir}
 
 
 def main(argv=None):

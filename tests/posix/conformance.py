@@ -1853,6 +1853,52 @@ def g_mmap(t):
             os.close(fd)
 
 
+class Dirent(ctypes.Structure):  # glibc's struct dirent on 64-bit Linux
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64), ("d_reclen", ctypes.c_ushort),
+                ("d_type", ctypes.c_ubyte), ("d_name", ctypes.c_char * 256)]
+
+
+class DirStream:
+    """opendir/readdir/telldir/seekdir/rewinddir of libc, which os.scandir does not offer."""
+
+    def __init__(self, path):
+        libc.opendir.restype = ctypes.c_void_p
+        libc.readdir.restype = ctypes.POINTER(Dirent)
+        libc.readdir.argtypes = [ctypes.c_void_p]
+        libc.telldir.restype = ctypes.c_long
+        libc.telldir.argtypes = [ctypes.c_void_p]
+        libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+        libc.rewinddir.argtypes = [ctypes.c_void_p]
+        libc.closedir.argtypes = [ctypes.c_void_p]
+        self.d = libc.opendir(os.fsencode(path))
+        if not self.d:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e), path)
+
+    def read(self):
+        """The next name, None at the end."""
+        ctypes.set_errno(0)
+        ent = libc.readdir(self.d)
+        if not ent:
+            e = ctypes.get_errno()
+            if e:
+                raise OSError(e, os.strerror(e))
+            return None
+        return ent.contents.d_name.decode()
+
+    def tell(self):
+        return libc.telldir(self.d)
+
+    def seek(self, loc):
+        libc.seekdir(self.d, loc)
+
+    def rewind(self):
+        libc.rewinddir(self.d)
+
+    def close(self):
+        libc.closedir(self.d)
+
+
 # ----------------------------------------------------------------------------------------------
 # readdir while the directory changes
 # ----------------------------------------------------------------------------------------------
@@ -1913,6 +1959,60 @@ def g_readdir(t):
         ok(not dup, f"entries returned twice: {dup[:3]}")
         missing = sorted(set(present[:-1]) - set(seen))
         ok(not missing, f"entries that stayed were skipped: {missing[:3]}")
+    # Past one page of the runtime's listing (1024 entries), which a CLIO mount reads lazily:
+    # the same guarantees across page boundaries, and telldir/seekdir back into earlier pages.
+    big = t.p("big")
+    os.mkdir(big)
+    many = [f"m{i:05d}-" + "q" * 20 for i in range(3000)]
+    for nm in many:
+        write_file(os.path.join(big, nm), b"")
+    with t.case("pages_changes_during_listing"):
+        removed = set(many[5::7])
+        added = [f"late-{i:04d}" for i in range(1500)]
+        seen = []
+        with os.scandir(big) as it:
+            for i, e in enumerate(it):
+                seen.append(e.name)
+                if i == 1100:  # inside the second page, with most of the directory unread
+                    for nm in removed:
+                        os.unlink(os.path.join(big, nm))
+                    for nm in added:
+                        write_file(os.path.join(big, nm), b"")
+        dup = sorted({x for x in seen if seen.count(x) > 1})
+        ok(not dup, f"{len(dup)} entries returned twice, e.g. {dup[:3]}")
+        missing = sorted(set(many) - removed - set(seen))
+        ok(not missing, f"{len(missing)} entries that stayed were skipped, e.g. {missing[:3]}")
+        unknown = set(seen) - set(many) - set(added)
+        ok(not unknown, f"entries that never existed: {sorted(unknown)[:3]}")
+        now = set(many) - removed | set(added)
+        eq(sorted(os.listdir(big)), sorted(now), "listing after the changes")
+    with t.case("pages_telldir_seekdir_rewinddir"):
+        ds = DirStream(big)
+        try:
+            walk, marks = [], {}
+            while True:
+                loc = ds.tell()
+                nm = ds.read()
+                if nm is None:
+                    break
+                walk.append(nm)
+                if len(walk) in (3, 700, 1500, 2600, 4000):
+                    marks[len(walk) - 1] = loc
+            eq(sorted(x for x in walk if x not in (".", "..")), sorted(now), "a libc readdir walk")
+            for idx in sorted(marks, reverse=True):  # back into earlier pages, latest first
+                ds.seek(marks[idx])
+                eq(ds.read(), walk[idx], f"readdir after seekdir to the telldir of entry {idx}")
+                eq(ds.read(), walk[idx + 1] if idx + 1 < len(walk) else None,
+                   f"the entry after entry {idx}, after seekdir")
+            write_file(os.path.join(big, "after-rewind"), b"")
+            ds.rewind()
+            again = []
+            while (nm := ds.read()) is not None:
+                again.append(nm)
+            ok("after-rewind" in again, "rewinddir lists an entry created after opendir")
+            eq(len(again), len(walk) + 1, "entries after rewinddir")
+        finally:
+            ds.close()
     with t.case("empty_dir_enotdir"):
         os.mkdir(t.p("empty"))
         eq(os.listdir(t.p("empty")), [], "listing of an empty directory")
