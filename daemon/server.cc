@@ -118,10 +118,11 @@ class Server::Impl {
         homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
         unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
 
-  // Made once and left in place (a mount holds its lock across a runtime restart); readable by
-  // the socket's group, which is enough for flock.
+  // Made once and left in place (a mount holds its lock across a runtime restart); open to the
+  // socket's group, so that a mount by any client that may connect can lock it and record its
+  // mount point there.
   static void MakeMountLock(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
     if (fd < 0) {
       CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,
                     std::strerror(errno));
@@ -131,6 +132,7 @@ class Server::Impl {
       if (::fchown(fd, geteuid(), g->gr_gid) != 0)
         CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
     }
+    (void)::fchmod(fd, 0660);  // whatever the umask
     ::close(fd);
   }
 

@@ -120,7 +120,9 @@ int Main(int argc, char** argv) {
                     IsIdempotent(m) ? RuntimeClient::Resend::kFreely : RuntimeClient::Resend::kMarked);
   };
   args.mount.handle_signals = true;
-  args.mount.mount_lock = MountLockPath(cfg->socket_path);
+  // One mount per runtime, held where the runtime's socket is: a client on another host (TCP)
+  // has nothing there to lock.
+  if (rc->mode() != IpcMode::kTcp) args.mount.mount_lock = MountLockPath(cfg->socket_path);
   auto mount = FuseMount::Mount(args.mount, call);
   if (!mount.ok()) {
     std::fprintf(stderr, "clio-fuse: %s\n", mount.status().message().c_str());

@@ -624,8 +624,9 @@ void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(
 // is the entries after a cursor (a name) in name order, so an entry that stays in the
 // directory is listed exactly once however others come and go (what POSIX asks of readdir).
 // The cursor of every page read is kept (one name per page): a seekdir back to an offset
-// read before reads its page again, and a rewinddir (offset 0) lists the directory as it is
-// now. The attributes readdirplus hands out are at most a page old.
+// read before reads its page again (by position: exact unless that page changed since), and
+// a rewinddir (offset 0) lists the directory as it is now. The attributes readdirplus hands
+// out are at most a page old.
 struct DirHandle {
   struct Mark {
     uint64_t start;     // the stream position of the page's first entry
@@ -717,6 +718,10 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
         a.ino = ino;  // for "..", the kernel resolves it itself
         a.mode = S_IFDIR;
       } else {
+        // A reply ends where the page it began in ends: the kernel may use only part of it
+        // (the caller's buffer is full, a signal) and ask next for an offset inside that
+        // page, which must still be the page it listed, not one read again after a change.
+        if (used > 0 && h->loaded && (i - 2 < h->page_start || i - 2 - h->page_start >= h->page.size())) break;
         auto ent = DirEntryAt(req, ino, h, i - 2);
         if (!ent.ok()) {
           if (used > 0) break;  // what was gathered goes out; the next call meets the error again
@@ -1000,7 +1005,7 @@ Result<std::string> CheckMountPoint(const std::string& path) {
 // into the file for the message of a refused mount. A holder whose mount is already gone (an
 // unmount, then a mount again at once) is waited for a few seconds while it exits.
 static Result<int> TakeMountLock(const std::string& path, const std::string& mountpoint) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
   if (fd < 0 && errno == EACCES) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "opening the runtime's mount lock " + path);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -1012,7 +1017,9 @@ static Result<int> TakeMountLock(const std::string& path, const std::string& mou
       char buf[PATH_MAX + 1];
       const ssize_t n = ::pread(fd, buf, PATH_MAX, 0);
       holder.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
-      while (!holder.empty() && holder.back() == '\n') holder.pop_back();
+      holder = holder.substr(0, holder.find('\n'));
+      for (char c : holder)
+        if (static_cast<unsigned char>(c) < 0x20) holder.clear();  // not a path we wrote
       std::optional<MountEntry> top = holder.empty() ? std::nullopt : TopMount(holder);
       const bool serving = top && top->mountpoint == holder && top->fstype == "fuse.clio";
       if (!serving && std::chrono::steady_clock::now() < deadline) {
