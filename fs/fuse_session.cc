@@ -640,6 +640,11 @@ struct DirHandle {
   uint64_t page_start GUARDED_BY(mu) = 0;
   bool loaded GUARDED_BY(mu) = false;
   bool last GUARDED_BY(mu) = false;  // `page` ends the directory
+
+  // Whether the page read last holds stream position pos.
+  bool Holds(uint64_t pos) const REQUIRES(mu) {
+    return loaded && pos >= page_start && pos - page_start < page.size();
+  }
 };
 
 // Reads the page that starts at marks[i]; the marks after it are forgotten (the directory
@@ -675,10 +680,8 @@ Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i) REQU
 // The entry at stream position `pos`, reading pages as needed; nullptr past the end.
 Result<const DirEntry*> DirEntryAt(fuse_req_t req, fuse_ino_t ino, DirHandle* h, uint64_t pos) REQUIRES(h->mu) {
   while (true) {
-    if (h->loaded && pos >= h->page_start) {
-      if (pos - h->page_start < h->page.size()) return &h->page[pos - h->page_start];
-      if (h->last) return nullptr;
-    }
+    if (h->Holds(pos)) return &h->page[pos - h->page_start];
+    if (h->loaded && h->last && pos >= h->page_start) return nullptr;
     // The last page that starts at or before pos; always one (marks[0] starts at 0), and each
     // read either ends the directory or adds a mark past the page it read.
     size_t i = h->marks.size() - 1;
@@ -721,7 +724,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
         // A reply ends where the page it began in ends: the kernel may use only part of it
         // (the caller's buffer is full, a signal) and ask next for an offset inside that
         // page, which must still be the page it listed, not one read again after a change.
-        if (used > 0 && h->loaded && (i - 2 < h->page_start || i - 2 - h->page_start >= h->page.size())) break;
+        if (used > 0 && h->loaded && !h->Holds(i - 2)) break;
         auto ent = DirEntryAt(req, ino, h, i - 2);
         if (!ent.ok()) {
           if (used > 0) break;  // what was gathered goes out; the next call meets the error again
