@@ -625,8 +625,16 @@ void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(
 // directory is listed exactly once however others come and go (what POSIX asks of readdir).
 // The cursor of every page read is kept (one name per page): a seekdir back to an offset
 // read before reads its page again (by position: exact unless that page changed since), and
-// a rewinddir (offset 0) lists the directory as it is now. The attributes readdirplus hands
-// out are at most a page old.
+// a rewinddir (offset 0) lists the directory as it is now.
+//
+// Readdirplus hands the kernel a dentry and attributes with each entry, which it takes as
+// current: from a page read before a change made through this mount, it would bring back a
+// name since removed or renamed away (as a positive dentry, for the entry timeout) or an old
+// mode. So a readdirplus reply that would start in a page read before the latest change reads
+// the directory again after the name listed just before (a page of its own, with its own mark).
+// Checking at the start of a reply is enough: the kernel holds the directory's lock across a
+// readdir, which keeps changes to its entries out until the reply is in, and it drops any
+// attributes that a change made after the request went out would have replaced.
 struct DirHandle {
   struct Mark {
     uint64_t start;     // the stream position of the page's first entry
@@ -638,6 +646,7 @@ struct DirHandle {
   std::vector<Mark> marks GUARDED_BY(mu) = {Mark{0, ""}};
   std::vector<DirEntry> page GUARDED_BY(mu);
   uint64_t page_start GUARDED_BY(mu) = 0;
+  uint64_t page_changes GUARDED_BY(mu) = 0;  // FuseState::changes before `page` was read
   bool loaded GUARDED_BY(mu) = false;
   bool last GUARDED_BY(mu) = false;  // `page` ends the directory
 
@@ -652,6 +661,7 @@ struct DirHandle {
 Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i) REQUIRES(h->mu) {
   Encoder e;
   e.Put<uint64_t>(ino).PutBytes(h->marks[i].after).Put<uint32_t>(kReadDirPage);
+  const uint64_t changes = State(req)->changes.load();
   auto r = Call(req, FsMethod::kReadDir, e);
   std::vector<DirEntry> page;
   if (r.ok()) {
@@ -671,6 +681,7 @@ Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i) REQU
   h->marks.resize(i + 1);
   h->page = std::move(page);
   h->page_start = h->marks[i].start;
+  h->page_changes = changes;
   h->loaded = true;
   h->last = h->page.size() < kReadDirPage;
   if (!h->last) h->marks.push_back({h->page_start + h->page.size(), h->page.back().name});
@@ -688,6 +699,21 @@ Result<const DirEntry*> DirEntryAt(fuse_req_t req, fuse_ino_t ino, DirHandle* h,
     while (h->marks[i].start > pos) --i;
     CLIO_RETURN_IF_ERROR(FetchDirPage(req, ino, h, i));
   }
+}
+
+// Reads the directory again from stream position `pos`, which the page read last holds: from
+// that page's own cursor when pos is its first entry, else after the entry just before pos.
+// Positions before pos keep the marks they had, so a seekdir back to them reads as before.
+Status RereadDirFrom(fuse_req_t req, fuse_ino_t ino, DirHandle* h, uint64_t pos) REQUIRES(h->mu) {
+  size_t i = h->marks.size() - 1;
+  while (h->marks[i].start > h->page_start) --i;  // the mark the page was read from
+  if (pos > h->page_start) {
+    std::string after = h->page[pos - h->page_start - 1].name;
+    h->marks.resize(i + 1);
+    h->marks.push_back({pos, std::move(after)});
+    ++i;
+  }
+  return FetchDirPage(req, ino, h, i);
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -712,6 +738,11 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   {
     MutexLock l(&h->mu);
     if (off == 0) h->loaded = false;  // the start (or a rewinddir): the directory as it is now
+    if (plus && off >= 2 && h->Holds(static_cast<uint64_t>(off) - 2) &&
+        h->page_changes != State(req)->changes.load()) {
+      Status s = RereadDirFrom(req, ino, h, static_cast<uint64_t>(off) - 2);
+      if (!s.ok()) return ReplyErr(req, s);
+    }
     // Each entry carries the next offset.
     for (uint64_t i = static_cast<uint64_t>(std::max<off_t>(off, 0));; ++i) {
       const char* name;

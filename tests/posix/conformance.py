@@ -1854,10 +1854,11 @@ def g_mmap(t):
             os.close(fd)
 
 
-def getdents_walk(path, bufsize, at=None, action=None):
+def getdents_walk(path, bufsize, actions=None):
     """The names getdents64(2) lists with a small buffer (so the kernel asks the file system
-    for offsets in the middle of what it answered before); action() runs once, after `at`
-    names were read."""
+    for offsets in the middle of what it answered before); actions maps a number of names
+    read to a function run once, right after that many were read."""
+    actions = dict(actions or {})
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     buf = ctypes.create_string_buffer(bufsize)
     names = []
@@ -1878,8 +1879,8 @@ def getdents_walk(path, bufsize, at=None, action=None):
                 if name in (".", ".."):
                     continue
                 names.append(name)
-                if action and len(names) == at:
-                    action()
+                if len(names) in actions:
+                    actions.pop(len(names))()
     finally:
         os.close(fd)
 
@@ -2031,7 +2032,7 @@ def g_readdir(t):
                 os.unlink(os.path.join(big, nm))
             for nm in early:
                 write_file(os.path.join(big, nm), b"")
-        seen = getdents_walk(big, 1024, at=990, action=change)
+        seen = getdents_walk(big, 1024, {990: change})
         dup = sorted({x for x in seen if seen.count(x) > 1})
         ok(not dup, f"{len(dup)} entries returned twice, e.g. {dup[:3]}")
         missing = sorted(set(before) - set(gone) - set(seen))
@@ -2040,6 +2041,31 @@ def g_readdir(t):
         ok(not unknown, f"entries that never existed: {sorted(unknown)[:3]}")
         now = set(before) - set(gone) | set(early)
         eq(sorted(os.listdir(big)), sorted(now), "listing after the changes")
+    with t.case("pages_plus_after_changes", only="root"):
+        # With attributes (readdirplus), a listing hands the kernel dentries: a name removed
+        # or renamed away after the listing began must not come back as one, nor an old mode.
+        # Dentries are dropped first (root only), so that the stat before the rest of the walk
+        # is a lookup, after which the kernel asks for attributes with the next entries.
+        if runs(t, "root"):
+            before = sorted(os.listdir(big))
+            gone, moved, chmodded = before[2000], before[2010], before[2020]
+
+            def change():
+                os.unlink(os.path.join(big, gone))
+                os.rename(os.path.join(big, moved), os.path.join(big, "z-moved"))
+                os.chmod(os.path.join(big, chmodded), 0o600)
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("2")
+            seen = getdents_walk(big, 1024, {1040: change,
+                                             1990: lambda: os.stat(os.path.join(big, before[-1]))})
+            dup = sorted({x for x in seen if seen.count(x) > 1})
+            ok(not dup, f"{len(dup)} entries returned twice, e.g. {dup[:3]}")
+            missing = sorted(set(before) - {gone, moved} - set(seen))
+            ok(not missing, f"{len(missing)} entries that stayed were skipped, e.g. {missing[:3]}")
+            expect_errno(errno.ENOENT, os.stat, os.path.join(big, gone))
+            expect_errno(errno.ENOENT, os.stat, os.path.join(big, moved))
+            eq(stat.S_IMODE(os.stat(os.path.join(big, chmodded)).st_mode), 0o600, "mode after chmod")
+            ok(exists(os.path.join(big, "z-moved")), "the renamed entry under its new name")
     with t.case("pages_telldir_seekdir_rewinddir"):
         present = sorted(os.listdir(big))
         ds = DirStream(big)
