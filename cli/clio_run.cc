@@ -228,7 +228,21 @@ int Stop(const RuntimeConfig& cfg) {
   std::fprintf(stderr, "clio_run: stopping runtime (pid %llu), flushing data...\n",
                static_cast<unsigned long long>(pid));
   // Wait for the process to finish flushing and exit; a stop that flushes gigabytes takes time.
-  while (pid != 0 && !ProcessExited(static_cast<pid_t>(pid))) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Every 30 s the wait says so, naming any thread stuck in the kernel (a hung device or
+  // network file system keeps it in uninterruptible sleep, where no signal reaches it).
+  const auto begun = std::chrono::steady_clock::now();
+  auto next_word = begun + std::chrono::seconds(30);
+  while (pid != 0 && !ProcessExited(static_cast<pid_t>(pid))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_word) continue;
+    next_word = now + std::chrono::seconds(30);
+    const long secs = std::chrono::duration_cast<std::chrono::seconds>(now - begun).count();
+    const std::string stuck = ThreadsInDiskSleep(static_cast<pid_t>(pid));
+    std::fprintf(stderr, "clio_run: still waiting for pid %llu to exit after %ld s%s%s\n",
+                 static_cast<unsigned long long>(pid), secs,
+                 stuck.empty() ? "" : "; in uninterruptible sleep: ", stuck.c_str());
+  }
   std::fprintf(stderr, "clio_run: stopped\n");
   return 0;
 }

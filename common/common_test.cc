@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -8,6 +11,7 @@
 #include "common/size.h"
 #include "common/status.h"
 #include "common/mounts.h"
+#include "common/process.h"
 
 using namespace clio;
 
@@ -109,4 +113,28 @@ TEST_CASE("ReadMounts lists this process's mounts with their devices and types")
   }
   CHECK(root);
   CHECK(proc);
+}
+
+TEST_CASE("ProcessExited: a running child is not, an unreaped zombie is") {
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    char c;
+    (void)!::read(ready[0], &c, 1);  // until the parent has looked at it running
+    ::_exit(0);
+  }
+  CHECK_FALSE(ProcessExited(child));
+  CHECK(ThreadsInDiskSleep(child).empty());  // blocked in a pipe read: interruptible (S)
+  REQUIRE(::write(ready[1], "x", 1) == 1);
+  siginfo_t info{};
+  // Waits for the exit without reaping, so the child stays a zombie for ProcessExited to see.
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT) == 0);
+  CHECK(ProcessExited(child));
+  CHECK(ThreadsInDiskSleep(child).empty());
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  CHECK(ProcessExited(child));
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
