@@ -149,10 +149,10 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, uint64_t* moved) {
     if (std::any_of(e.copies.begin(), e.copies.end(), [](const BlobCopy& c) { return c.state == CopyState::kDirty; })) {
       // Dirty data is flushed rather than moved dirty: the flush lands on a healthy
       // persistent tier and releases every copy but a read cache (never kept on a draining
-      // tier), with the reservation and dirty accounting it already keeps.
+      // tier), with the reservation and dirty accounting it already keeps; it counts the
+      // copies it releases from this tier as drained.
       Status f = FlushOne(tag, blob);
       if (!f.ok()) return f.WithContext("flushing blob " + BlobName(tag, blob) + " before moving it off");
-      t.drained_copies.fetch_add(1);
       continue;
     }
     if (t.is_volatile) {

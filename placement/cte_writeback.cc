@@ -101,8 +101,12 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     next.copies.push_back(std::move(p));
     std::vector<std::pair<Bdev*, ExtentList>> free_now;
     std::vector<BlobCopy> persistent_released;
+    // A copy that leaves a draining tier is part of that drain, whether the drain flushed the
+    // blob or the flusher came first: a drain's answer counts what left the tier.
+    std::vector<Tier*> drained;
     for (BlobCopy& c : released) {
       Tier* ct = TierIn(*tiers, c.tier_id);
+      if (ct && ct->draining.load(std::memory_order_acquire)) drained.push_back(ct);
       if (ct && ct->is_volatile)
         free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
       else
@@ -120,6 +124,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     // Volatile copies die with the process anyway: their room is reusable at once (every
     // reader holds this blob's stripe lock, so none is reading them).
     for (auto& [b, ext] : free_now) (void)b->Free(ext);
+    for (Tier* d : drained) d->drained_copies.fetch_add(1);
     // The persistent copy is allocated and recorded: its reservation and the dirty bytes
     // are spent.
     dirty_bytes_.ReleaseBlob(tag, blob);

@@ -276,6 +276,9 @@ TEST_CASE("draining a RAM tier flushes its dirty copies and drops its clean cach
 
   REQUIRE(f.cte->Drain(ram).ok());
   CHECK(f.Used("ram") == 0);
+  auto p = f.cte->GetDrainProgress(ram);
+  REQUIRE(p.ok());
+  CHECK(p->moved_copies == 3);  // two flushed off, one cache dropped; each counted once
   CHECK(f.cte->GetWritebackStats().dirty_blobs == 0);
   CHECK(f.cte->GetWritebackStats().reserved == 0);
   std::string b1 = Random(MiB, 41);
@@ -291,6 +294,26 @@ TEST_CASE("draining a RAM tier flushes its dirty copies and drops its clean cach
   REQUIRE(l->size() == 1);
   CHECK(l->at(0).tier_id == f.Id("fast"));
   CHECK_FALSE(l->at(0).dirty);
+}
+
+TEST_CASE("a drain counts a dirty copy that left its tier once, whether it or the flusher flushed it") {
+  MoveFixture f;
+  const uint64_t ram = f.Id("ram");
+  // The flusher may flush a blob before the drain is marked (the drain then drops the cache),
+  // after (the flush releases the copy itself) or on the drain's behalf: one copy, each way.
+  for (uint64_t b = 0; b < 40; ++b) {
+    REQUIRE(f.cte->Undrain(ram).ok());
+    REQUIRE(f.cte->PutBlob(5, b, 0, Random(64 * 1024, b)).ok());
+    REQUIRE(f.Where(5, b).at(0) == ram);
+    std::thread flusher([&] { CHECK(f.cte->FlushTag(5).ok()); });
+    REQUIRE(f.cte->Drain(ram).ok());
+    flusher.join();
+    CHECK(f.Used("ram") == 0);
+    auto p = f.cte->GetDrainProgress(ram);
+    REQUIRE(p.ok());
+    CHECK(p->moved_copies == b + 1);
+    CHECK(f.Get(5, b, 0, 64 * 1024) == Random(64 * 1024, b));
+  }
 }
 
 TEST_CASE("a tier set to 0 days can be drained onto the remaining tiers") {
