@@ -282,9 +282,11 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
       if (len > kMaxReadSize) return InvalidArgument("read of " + std::to_string(len) + " bytes: at most 4 MiB per request");
       return ns_->Read(ino, offset, len);
     case FsMethod::kWrite: {
+      uint8_t flags = 0;
       d.Get(&ino); d.Get(&offset); d.GetBytes(&data);
+      if (d.remaining() > 0) d.Get(&flags);  // absent from clients older than the flags
       CLIO_RETURN_IF_ERROR(done("write"));
-      CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(ino, offset, data));
+      CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(ino, offset, data, !(flags & kWriteKernelTimes)));
       write_bytes_.Add(static_cast<double>(written));
       Encoder e;
       e.Put<uint32_t>(static_cast<uint32_t>(written));

@@ -15,11 +15,13 @@ bool DecodeAttr(Decoder* d, InodeAttr* a) {
 
 void EncodeSetAttr(Encoder* e, const SetAttrRequest& r) {
   e->Put(r.valid).Put(r.mode).Put(r.uid).Put(r.gid).Put(r.size).Put(r.atime_ns).Put(r.mtime_ns);
+  if (r.valid & kSetCtime) e->Put(r.ctime_ns);
 }
 
 bool DecodeSetAttr(Decoder* d, SetAttrRequest* r) {
   return d->Get(&r->valid) && d->Get(&r->mode) && d->Get(&r->uid) && d->Get(&r->gid) &&
-         d->Get(&r->size) && d->Get(&r->atime_ns) && d->Get(&r->mtime_ns);
+         d->Get(&r->size) && d->Get(&r->atime_ns) && d->Get(&r->mtime_ns) &&
+         (!(r->valid & kSetCtime) || d->Get(&r->ctime_ns));
 }
 
 void EncodeStatfs(Encoder* e, const FsStatfs& s) {

@@ -56,6 +56,18 @@ enum SetAttrBits : uint32_t {
   kSetMtime = 1u << 5,
   kSetAtimeNow = 1u << 6,
   kSetMtimeNow = 1u << 7,
+  // The ctime the kernel gave the inode itself (writeback-cache mode, where it owns a regular
+  // file's times): stored as given, so the file keeps it after the kernel forgets the inode.
+  kSetCtime = 1u << 8,
+};
+
+// Write's optional trailing u8 of flags.
+enum WriteFlags : uint8_t {
+  // The kernel keeps the file's mtime and ctime itself (writeback-cache mode) and sends them
+  // with a SetAttr (kSetCtime) at write-back, close and fsync: the write leaves them alone. A
+  // write that took its own clock could land after that SetAttr (the kernel does not wait
+  // for its background writes first) and leave times the kernel never showed.
+  kWriteKernelTimes = 1u << 0,
 };
 
 struct SetAttrRequest {
@@ -66,6 +78,7 @@ struct SetAttrRequest {
   uint64_t size = 0;
   int64_t atime_ns = 0;
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;  // on the wire only with kSetCtime
 };
 
 enum class FsMethod : uint32_t {

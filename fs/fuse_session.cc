@@ -291,6 +291,9 @@ struct FuseState {
   CallGate gate;
   // Requests sent that may change the namespace, counted before they are sent.
   std::atomic<uint64_t> changes{0};
+  // The kernel keeps regular files' mtime and ctime (writeback cache negotiated at INIT): a
+  // write leaves them to the SETATTR that brings the kernel's (kWriteKernelTimes).
+  std::atomic<bool> kernel_times{false};
   MovedInode moved;
   FuseMountOptions options;
   AbsentXattrCache absent_xattrs;
@@ -375,8 +378,9 @@ void ReplyStatus(fuse_req_t req, const Result<std::string>& r) {
   fuse_reply_err(req, r.ok() ? 0 : ToErrno(r.status()));
 }
 
-void OpInit(void*, fuse_conn_info* conn) {
+void OpInit(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_WRITEBACK_CACHE) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  static_cast<FuseState*>(userdata)->kernel_times.store((conn->want & FUSE_CAP_WRITEBACK_CACHE) != 0);
   conn->max_write = 1u << 20;
   conn->max_readahead = 1u << 20;
 }
@@ -439,6 +443,11 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if (to_set & FUSE_SET_ATTR_MTIME_NOW) r.valid |= kSetMtimeNow;
   else if (to_set & FUSE_SET_ATTR_MTIME)
     r.valid |= kSetMtime, r.mtime_ns = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
+  // In writeback-cache mode the kernel sets a regular file's ctime itself and sends it with
+  // every change of attributes; the runtime keeps that one rather than taking its own clock,
+  // so stat gives the same ctime after the kernel has dropped the inode from its cache.
+  if (to_set & FUSE_SET_ATTR_CTIME)
+    r.valid |= kSetCtime, r.ctime_ns = attr->st_ctim.tv_sec * 1000000000LL + attr->st_ctim.tv_nsec;
   if (r.valid & kSetSize) State(req)->clean_files.Changing(ino);  // truncation rewrites a chunk
   State(req)->dir_attrs.Changing(ino);
   Encoder e;
@@ -583,6 +592,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
   State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
+  if (State(req)->kernel_times.load(std::memory_order_relaxed)) e.Put<uint8_t>(kWriteKernelTimes);
   auto r = Call(req, FsMethod::kWrite, e);
   if (!r.ok()) return ReplyErr(req, r.status());
   Decoder d(*r);

@@ -140,7 +140,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   else if (req.valid & kSetAtime) a.atime_ns = req.atime_ns;
   if (req.valid & kSetMtimeNow) a.mtime_ns = now;
   else if (req.valid & kSetMtime) a.mtime_ns = req.mtime_ns;
-  a.ctime_ns = now;
+  a.ctime_ns = (req.valid & kSetCtime) ? req.ctime_ns : now;
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, target));
   if (shrink) {

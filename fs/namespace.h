@@ -73,7 +73,8 @@ class Namespace {
   Status Release(uint64_t ino);
   Result<std::string> Read(uint64_t ino, uint64_t offset, uint32_t len);
   // Returns the bytes stored: fewer than asked when a tier filled up part-way (a short write).
-  Result<uint64_t> Write(uint64_t ino, uint64_t offset, std::string_view data);
+  // `touch_times`: set mtime and ctime to now (false: the caller's kernel keeps them).
+  Result<uint64_t> Write(uint64_t ino, uint64_t offset, std::string_view data, bool touch_times = true);
   // Data on a persistent tier and metadata durable.
   Status Fsync(uint64_t ino);
   // Reports a background flush failure of this file (close()).

@@ -179,6 +179,37 @@ TEST_CASE("setattr changes mode, owner and times") {
   CHECK(a->mtime_ns == 1234567890123456789);
 }
 
+TEST_CASE("a kernel that keeps the times: setattr stores its ctime, its writes leave both times") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "k");
+  SetAttrRequest r;
+  r.valid = kSetMtime | kSetCtime;
+  r.mtime_ns = 1000000000000000001;
+  r.ctime_ns = 1000000000000000002;
+  auto a = f.ns->SetAttr(ino, r);
+  REQUIRE(a.ok());
+  CHECK(a->mtime_ns == 1000000000000000001);
+  CHECK(a->ctime_ns == 1000000000000000002);
+  // The kernel's write lands after the SETATTR that carried its times: they stay.
+  REQUIRE(f.ns->Write(ino, 0, "data", /*touch_times=*/false).ok());
+  a = f.ns->GetAttr(ino);
+  REQUIRE(a.ok());
+  CHECK(a->size == 4);
+  CHECK(a->mtime_ns == 1000000000000000001);
+  CHECK(a->ctime_ns == 1000000000000000002);
+  // Any other writer's write takes the clock; so does a setattr without kSetCtime.
+  REQUIRE(f.ns->Write(ino, 4, "more").ok());
+  a = f.ns->GetAttr(ino);
+  REQUIRE(a.ok());
+  CHECK(a->mtime_ns > 1000000000000000001);
+  CHECK(a->ctime_ns > 1000000000000000002);
+  r.valid = kSetMode;
+  r.mode = 0600;
+  auto b = f.ns->SetAttr(ino, r);
+  REQUIRE(b.ok());
+  CHECK(b->ctime_ns >= a->ctime_ns);
+}
+
 TEST_CASE("a file unlinked while open keeps its data until release") {
   NsFixture f;
   auto a = f.ns->Create(kRootIno, "open", 0644, 0, 0);

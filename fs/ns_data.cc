@@ -76,7 +76,7 @@ Result<std::string> Namespace::Read(uint64_t ino, uint64_t offset, uint32_t len)
   return out;
 }
 
-Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_view data) {
+Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_view data, bool touch_times) {
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, LoadInode(ino));
   if (!S_ISREG(a.mode)) return Status(Code::kIsDirectory, "write to something not a regular file");
   if (data.empty()) return uint64_t{0};
@@ -108,7 +108,7 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
   a.size = std::max<uint64_t>(a.size, offset + done);
   AddStored(&a, stored_delta);
-  a.mtime_ns = a.ctime_ns = NowNs();
+  if (touch_times) a.mtime_ns = a.ctime_ns = NowNs();
   KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));
   CLIO_RETURN_IF_ERROR(Commit(std::move(b)));

@@ -341,6 +341,28 @@ def g_chmod(t):
         os.chmod(t.p("ln"), 0o640)
         eq(stat.S_IMODE(os.stat(tgt).st_mode), 0o640, "target mode after chmod via symlink")
         ok(stat.S_ISLNK(os.lstat(t.p("ln")).st_mode), "the symlink is no longer a symlink")
+    with t.case("times_kept_when_uncached", only="root"):
+        # The times stat shows stay the same after the kernel drops the inode from its caches
+        # (root only: drop_caches), whatever changed them last.
+        if runs(t, "root"):
+            def append(p):
+                with open(p, "ab") as fh:
+                    fh.write(b"more")
+            changes = {"write": append, "chmod": lambda p: os.chmod(p, 0o640),
+                       "truncate": lambda p: os.truncate(p, 3),
+                       "utime": lambda p: os.utime(p, ns=(OLD_NS, OLD_NS)),
+                       "link": lambda p: os.link(p, p + ".link"),
+                       "setxattr": lambda p: os.setxattr(p, "user.t", b"1")}
+            for what, change in changes.items():
+                p = t.p("uncached-" + what)
+                write_file(p, b"0123456789")
+                change(p)
+                b = os.stat(p)
+                with open("/proc/sys/vm/drop_caches", "w") as fh:
+                    fh.write("2")
+                a = os.stat(p)
+                for field in ("st_mtime", "st_ctime"):
+                    eq(ns(a, field), ns(b, field), f"{field} after {what}, once the inode was dropped")
 
 
 # ----------------------------------------------------------------------------------------------
