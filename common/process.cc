@@ -11,14 +11,15 @@
 namespace clio {
 namespace {
 
-// The state letter and the name of /proc/.../stat's line; state 0 when it cannot be read.
+// The state letter and the name of /proc/.../stat's line; state 0 when it cannot be read
+// (the task is gone), '?' when it does not parse.
 std::pair<char, std::string> StatOf(const std::string& path) {
   std::ifstream stat(path);
   std::string line;
   if (!std::getline(stat, line)) return {0, ""};
   const size_t open = line.find('('), close = line.rfind(')');  // the name may hold parentheses
   if (open == std::string::npos || close == std::string::npos || close < open || close + 2 >= line.size()) {
-    return {0, ""};
+    return {'?', ""};
   }
   return {line[close + 2], line.substr(open + 1, close - open - 1)};
 }

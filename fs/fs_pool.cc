@@ -286,6 +286,7 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
       d.Get(&ino); d.Get(&offset); d.GetBytes(&data);
       if (d.remaining() > 0) d.Get(&flags);  // absent from clients older than the flags
       CLIO_RETURN_IF_ERROR(done("write"));
+      if (flags & ~kWriteKernelTimes) return InvalidArgument("write: unknown flags " + std::to_string(flags));
       CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(ino, offset, data, !(flags & kWriteKernelTimes)));
       write_bytes_.Add(static_cast<double>(written));
       Encoder e;

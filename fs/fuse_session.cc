@@ -49,6 +49,8 @@ namespace clio {
 namespace {
 
 constexpr uint32_t kReadDirPage = 1024;
+// A listing read again after a change (readdirplus): what a few replies use, not a full page.
+constexpr uint32_t kReReadDirPage = 128;
 
 // Extended attributes the kernel and common tools ask for on every file, remembered per
 // inode as known to be absent: security.capability before every write(2) (to drop file
@@ -260,41 +262,16 @@ bool ChangesNothing(FsMethod m) {
   }
 }
 
-// The inode the last rename moved, with its attributes as the rename left them. Writeback-cache
-// mode makes the kernel update a renamed inode's ctime itself and write it back at once with
-// a SETATTR of the times (mtime unchanged); that SETATTR is answered from here when no other
-// change reached the namespace since the rename (`changes` unchanged) and its mtime is the one
-// the rename left, so nothing it carries is lost: the rename already set the ctime.
-class MovedInode {
- public:
-  void Put(const InodeAttr& a, uint64_t changes) {
-    MutexLock l(&mu_);
-    attr_ = a;
-    changes_ = changes;
-  }
-  bool Take(uint64_t ino, uint64_t changes_now, InodeAttr* a) {
-    MutexLock l(&mu_);
-    if (attr_.ino != ino || ino == 0 || changes_ != changes_now) return false;
-    *a = attr_;
-    attr_.ino = 0;
-    return true;
-  }
-
- private:
-  Mutex mu_;
-  InodeAttr attr_ GUARDED_BY(mu_);
-  uint64_t changes_ GUARDED_BY(mu_) = 0;
-};
-
 struct FuseState {
   FsCaller call;
   CallGate gate;
-  // Requests sent that may change the namespace, counted before they are sent.
+  // Requests sent that may change the namespace, counted before they are sent, and those
+  // answered (equal when none is in flight).
   std::atomic<uint64_t> changes{0};
+  std::atomic<uint64_t> changes_done{0};
   // The kernel keeps regular files' mtime and ctime (writeback cache negotiated at INIT): a
   // write leaves them to the SETATTR that brings the kernel's (kWriteKernelTimes).
   std::atomic<bool> kernel_times{false};
-  MovedInode moved;
   FuseMountOptions options;
   AbsentXattrCache absent_xattrs;
   KnownCleanFiles clean_files;
@@ -316,8 +293,10 @@ FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userd
 Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
   FuseState* s = State(req);
   if (!s->gate.Enter()) return Unavailable("the mount is being stopped");
-  if (!ChangesNothing(m)) s->changes.fetch_add(1);
+  const bool changes = !ChangesNothing(m);
+  if (changes) s->changes.fetch_add(1);
   Result<std::string> r = s->call(m, e.buffer());
+  if (changes) s->changes_done.fetch_add(1);
   s->gate.Leave();
   return r;
 }
@@ -423,15 +402,6 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   if ((to_set & ~kTimesOnly) == 0 && State(req)->deleted.Has(ino)) {
     return (void)fuse_reply_err(req, ENOENT);
   }
-  InodeAttr moved;
-  if ((to_set & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME)) == 0 && (to_set & FUSE_SET_ATTR_MTIME) &&
-      State(req)->moved.Take(ino, State(req)->changes.load(), &moved)) {
-    const int64_t mtime = attr->st_mtim.tv_sec * 1000000000LL + attr->st_mtim.tv_nsec;
-    if (mtime == moved.mtime_ns) {
-      struct stat st = ToStat(moved);
-      return (void)fuse_reply_attr(req, &st, State(req)->options.attr_timeout);
-    }
-  }
   SetAttrRequest r;
   if (to_set & FUSE_SET_ATTR_MODE) r.valid |= kSetMode, r.mode = attr->st_mode;
   if (to_set & FUSE_SET_ATTR_UID) r.valid |= kSetUid, r.uid = attr->st_uid;
@@ -515,19 +485,19 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   FreshDirAttrs& fresh = st->dir_attrs;
   fresh.ChangingAll();
   const FreshDirAttrs::Stamp from_stamp = fresh.Current(parent), to_stamp = fresh.Current(newparent);
-  const uint64_t changes = st->changes.load() + 1;  // this rename's count, if no other change races it
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
   auto r = Call(req, FsMethod::kRename, e);
   if (!r.ok()) return ReplyErr(req, r.status());
   Decoder d(*r);
   uint8_t has = 0;
+  // The moved inode's attributes come last; the kernel keeps its own times for it and sends
+  // them (its ctime included) with the SETATTR that follows, which the runtime stores.
   InodeAttr from, to, moved;
   if (d.Get(&has) && has == 1 && DecodeAttr(&d, &from) && DecodeAttr(&d, &to) &&
       DecodeAttr(&d, &moved) && d.Finish("rename").ok()) {
     if (from.ino == parent) fresh.Put(parent, from, from_stamp);
     if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
-    if (st->changes.load() == changes) st->moved.Put(moved, changes);
   }
   fuse_reply_err(req, 0);
 }
@@ -640,9 +610,9 @@ void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(
 // Readdirplus hands the kernel a dentry and attributes with each entry, which it takes as
 // current: from a page read before a change made through this mount, it would bring back a
 // name since removed or renamed away (as a positive dentry, for the entry timeout) or an old
-// mode. So a readdirplus reply that would start in a page read before the latest change reads
-// the directory again after the name listed just before (a page of its own, with its own mark).
-// Checking at the start of a reply is enough: the kernel holds the directory's lock across a
+// mode. So a readdirplus reply that would start in a page read before the latest change (or
+// while one was in flight) reads the directory again after the name listed just before: a
+// short page of its own, with its own mark. Checking at the start of a reply is enough: the kernel holds the directory's lock across a
 // readdir, which keeps changes to its entries out until the reply is in, and it drops any
 // attributes that a change made after the request went out would have replaced.
 struct DirHandle {
@@ -656,7 +626,10 @@ struct DirHandle {
   std::vector<Mark> marks GUARDED_BY(mu) = {Mark{0, ""}};
   std::vector<DirEntry> page GUARDED_BY(mu);
   uint64_t page_start GUARDED_BY(mu) = 0;
-  uint64_t page_changes GUARDED_BY(mu) = 0;  // FuseState::changes before `page` was read
+  // FuseState::changes before `page` was read, when no change was in flight then (else
+  // kStalePage: a change may have landed after the read without being counted after it).
+  static constexpr uint64_t kStalePage = UINT64_MAX;
+  uint64_t page_changes GUARDED_BY(mu) = 0;
   bool loaded GUARDED_BY(mu) = false;
   bool last GUARDED_BY(mu) = false;  // `page` ends the directory
 
@@ -666,12 +639,18 @@ struct DirHandle {
   }
 };
 
-// Reads the page that starts at marks[i]; the marks after it are forgotten (the directory
-// may have changed since) and the next page's mark is taken from this one.
-Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i) REQUIRES(h->mu) {
+// Reads the page (at most `count` entries) that starts at marks[i]; the marks after it are
+// forgotten (the directory may have changed since) and the next page's mark is taken from
+// this one.
+Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i, uint32_t count = kReadDirPage)
+    REQUIRES(h->mu) {
   Encoder e;
-  e.Put<uint64_t>(ino).PutBytes(h->marks[i].after).Put<uint32_t>(kReadDirPage);
-  const uint64_t changes = State(req)->changes.load();
+  e.Put<uint64_t>(ino).PutBytes(h->marks[i].after).Put<uint32_t>(count);
+  // Answered changes first: equal counts mean none was in flight, so every change the read
+  // might miss is counted after `changes`.
+  const uint64_t done = State(req)->changes_done.load();
+  const uint64_t started = State(req)->changes.load();
+  const uint64_t changes = done == started ? started : DirHandle::kStalePage;
   auto r = Call(req, FsMethod::kReadDir, e);
   std::vector<DirEntry> page;
   if (r.ok()) {
@@ -693,7 +672,7 @@ Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i) REQU
   h->page_start = h->marks[i].start;
   h->page_changes = changes;
   h->loaded = true;
-  h->last = h->page.size() < kReadDirPage;
+  h->last = h->page.size() < count;
   if (!h->last) h->marks.push_back({h->page_start + h->page.size(), h->page.back().name});
   return Status::Ok();
 }
@@ -723,7 +702,7 @@ Status RereadDirFrom(fuse_req_t req, fuse_ino_t ino, DirHandle* h, uint64_t pos)
     h->marks.push_back({pos, std::move(after)});
     ++i;
   }
-  return FetchDirPage(req, ino, h, i);
+  return FetchDirPage(req, ino, h, i, kReReadDirPage);
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -748,9 +727,9 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   {
     MutexLock l(&h->mu);
     if (off == 0) h->loaded = false;  // the start (or a rewinddir): the directory as it is now
-    if (plus && off >= 2 && h->Holds(static_cast<uint64_t>(off) - 2) &&
-        h->page_changes != State(req)->changes.load()) {
-      Status s = RereadDirFrom(req, ino, h, static_cast<uint64_t>(off) - 2);
+    const uint64_t first = off >= 2 ? static_cast<uint64_t>(off) - 2 : 0;  // the first entry asked
+    if (plus && off > 0 && h->Holds(first) && h->page_changes != State(req)->changes.load()) {
+      Status s = RereadDirFrom(req, ino, h, first);
       if (!s.ok()) return ReplyErr(req, s);
     }
     // Each entry carries the next offset.

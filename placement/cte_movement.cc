@@ -156,8 +156,7 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, uint64_t* moved) {
       continue;
     }
     if (t.is_volatile) {
-      CLIO_ASSIGN_OR_RETURN(uint64_t freed, DropCleanCopies(t, tag, blob));
-      if (freed > 0) t.drained_copies.fetch_add(1);
+      CLIO_RETURN_IF_ERROR(DropCleanCopies(t, tag, blob).status());  // counts what it drops
       continue;
     }
     Status last = NoSpace("no other persistent tier takes data");

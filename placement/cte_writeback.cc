@@ -306,6 +306,8 @@ Result<uint64_t> Cte::DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob) {
     freed += TotalSize(c.extents);
   }
   clean_lru_.Remove(tid, tag, blob);
+  // Part of a drain whoever dropped it (the drain, or a reorganizer pass it waited for).
+  if (freed > 0 && t.draining.load(std::memory_order_acquire)) t.drained_copies.fetch_add(1);
   return freed;
 }
 

@@ -352,12 +352,14 @@ def g_chmod(t):
                        "truncate": lambda p: os.truncate(p, 3),
                        "utime": lambda p: os.utime(p, ns=(OLD_NS, OLD_NS)),
                        "link": lambda p: os.link(p, p + ".link"),
+                       "rename": lambda p: os.rename(p + ".old", p),
                        "setxattr": lambda p: os.setxattr(p, "user.t", b"1")}
             for what, change in changes.items():
                 p = t.p("uncached-" + what)
-                write_file(p, b"0123456789")
+                write_file(p + ".old" if what == "rename" else p, b"0123456789")
                 change(p)
                 b = os.stat(p)
+                os.sync()  # the kernel writes dirty times back: only a clean inode is dropped
                 with open("/proc/sys/vm/drop_caches", "w") as fh:
                     fh.write("2")
                 a = os.stat(p)
