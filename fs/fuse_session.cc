@@ -612,9 +612,10 @@ void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(
 // name since removed or renamed away (as a positive dentry, for the entry timeout) or an old
 // mode. So a readdirplus reply that would start in a page read before the latest change (or
 // while one was in flight) reads the directory again after the name listed just before: a
-// short page of its own, with its own mark. Checking at the start of a reply is enough: the kernel holds the directory's lock across a
-// readdir, which keeps changes to its entries out until the reply is in, and it drops any
-// attributes that a change made after the request went out would have replaced.
+// short page of its own, with its own mark. Checking at the start of a reply is enough: the
+// kernel holds the directory's lock across a readdir, which keeps changes to its entries out
+// until the reply is in, and it drops any attributes that a change made after the request
+// went out would have replaced.
 struct DirHandle {
   struct Mark {
     uint64_t start;     // the stream position of the page's first entry
