@@ -3,6 +3,7 @@
 #   scripts/package.sh      -> build-release/clio_<version>-1_amd64.deb
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh --package
 bash scripts/build.sh release
 cd build-release
 rm -f clio_*.deb

@@ -19,7 +19,6 @@ What the machine does not allow, said plainly: the container shares the host's k
 """
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -27,61 +26,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_test import TestFailure, check, describe, log, run_cmd, wait_until  # noqa: E402
 from package_test import find_deb  # noqa: E402
-
-APT_CACHE = "/var/cache/apt/archives"
-
-
-def host_mirror():
-    """The Debian mirror the host's apt uses (the only network these machines reach)."""
-    for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*")):
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
-            continue
-        m = re.search(r"^URIs:\s*(\S+/debian)\s*$", text, re.M) or \
-            re.search(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+/debian)\s+bookworm", text, re.M)
-        if m:
-            return m.group(1)
-    return "http://deb.debian.org/debian"
-
-
-def make_root(root):
-    os.makedirs(APT_CACHE, exist_ok=True)
-    started = time.monotonic()
-    cp = run_cmd(["debootstrap", "--variant=minbase", f"--cache-dir={APT_CACHE}", "bookworm", root,
-                  host_mirror()], timeout=900)
-    check(cp.returncode == 0, "debootstrap of a Debian 12 root\n" + describe(cp))
-    log(f"debootstrap: a minbase bookworm root in {time.monotonic() - started:.0f}s")
-    # The host's apt sources and lists, so the root resolves the same versions without
-    # downloading the lists again.
-    shutil.rmtree(os.path.join(root, "etc/apt/sources.list.d"), ignore_errors=True)
-    shutil.copytree("/etc/apt/sources.list.d", os.path.join(root, "etc/apt/sources.list.d"))
-    if os.path.exists("/etc/apt/sources.list"):
-        shutil.copy("/etc/apt/sources.list", os.path.join(root, "etc/apt/sources.list"))
-    lists = os.path.join(root, "var/lib/apt/lists")
-    for p in glob.glob("/var/lib/apt/lists/*"):
-        if os.path.isfile(p):
-            shutil.copy(p, lists)
+from debroot import APT_CACHE, make_root, mounted  # noqa: E402
 
 
 def chroot_install(root, deb):
     """apt-get install of the package inside the root, the host's apt cache bound in."""
     shutil.copy(deb, os.path.join(root, "tmp"))
     inside = "/tmp/" + os.path.basename(deb)
-    mounts = []
-    try:
-        for src, dst, opts in ((APT_CACHE, "var/cache/apt/archives", ["--bind"]),
-                               ("proc", "proc", ["-t", "proc"])):
-            target = os.path.join(root, dst)
-            cp = run_cmd(["mount"] + opts + [src, target])
-            check(cp.returncode == 0, f"mount {src} in the root\n" + describe(cp))
-            mounts.append(target)
+    with mounted(root, [(APT_CACHE, "var/cache/apt/archives", ["--bind"]), ("proc", "proc", ["-t", "proc"])]):
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         install = ["chroot", root, "apt-get", "install", "-y", "-q", "--no-install-recommends", inside]
         cp = run_cmd(install, env=env, timeout=900)
@@ -92,9 +48,6 @@ def chroot_install(root, deb):
             check(cp.returncode == 0, "apt-get update in the root\n" + describe(cp))
             cp = run_cmd(install, env=env, timeout=900)
         check(cp.returncode == 0, "apt-get install of the package into the fresh root\n" + describe(cp))
-    finally:
-        for target in reversed(mounts):
-            run_cmd(["umount", target])
     cp = run_cmd(["chroot", root, "dpkg-query", "-W", "-f=${Status} ${Version}", "clio"])
     check(cp.returncode == 0 and cp.stdout.startswith("install ok installed"),
           "dpkg does not list clio as installed\n" + describe(cp))
