@@ -117,6 +117,12 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
         });
         if (m.ok()) {
           fuse = std::move(m).value();
+          // A new mount holds nothing yet: files kept for a mount that rode out the last
+          // restart (the reclaim window) have no holder here.
+          Encoder none;
+          none.Put<uint32_t>(0).Put<uint8_t>(kReattachBegin | kReattachComplete);
+          if (auto r = rt.Dispatch(id, static_cast<uint32_t>(FsMethod::kReattach), none.buffer()); !r.ok())
+            CLIO_LOG_WARN("ending the namespace's reclaim window: {}", r.status().ToString());
           fuse->Start(16);
           CLIO_LOG_INFO("mounted the filesystem on {} (in-runtime FUSE session)", fuse->mountpoint());
         } else {

@@ -13,7 +13,7 @@ constexpr std::array<std::string_view, static_cast<size_t>(Code::kCount)> kStatu
     "IoError",      "Corruption",       "NotDirectory", "IsDirectory",  "NotEmpty",
     "PermissionDenied", "Unavailable",  "Busy",        "NotSupported",  "OutOfRange",
     "ConfigError",  "NameTooLong",      "NoData",      "NotPermitted",  "NoSuchOffset",
-    "RangeError",   "Internal",
+    "RangeError",   "Internal",         "Stale",
 };
 
 Code CodeFromErrno(int err) {
@@ -35,6 +35,7 @@ Code CodeFromErrno(int err) {
     case ENOSYS: case EOPNOTSUPP: return Code::kNotSupported;
     case ECONNREFUSED: case ECONNRESET: case EPIPE: case ENOTCONN: return Code::kUnavailable;
     case ENAMETOOLONG: return Code::kNameTooLong;
+    case ESTALE: return Code::kStale;
     default: return Code::kIoError;
   }
 }

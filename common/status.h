@@ -36,6 +36,7 @@ enum class Code : uint16_t {
   kNoSuchOffset,      // SEEK_DATA/SEEK_HOLE past the data (ENXIO)
   kRangeError,        // a caller's buffer is too small (ERANGE)
   kInternal,          // a bug: an invariant did not hold
+  kStale,             // a node id the server no longer knows: removed, or lost in a crash (ESTALE)
   kCount
 };
 

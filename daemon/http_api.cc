@@ -18,7 +18,7 @@ namespace {
 int HttpStatusOf(Code c) {
   switch (c) {
     case Code::kOk: return 200;
-    case Code::kNotFound: return 404;
+    case Code::kNotFound: case Code::kStale: return 404;
     case Code::kAlreadyExists: case Code::kBusy: return 409;
     case Code::kInvalidArgument: case Code::kConfigError: case Code::kCorruption: case Code::kOutOfRange:
     case Code::kNameTooLong: case Code::kRangeError: return 400;

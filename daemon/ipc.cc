@@ -288,7 +288,7 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::TakeConnection() {
   }
 }
 
-Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection() {
+Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool channel) {
   auto conn = std::make_unique<Conn>();
   const bool local = wanted_ != IpcMode::kTcp;
   Status unix_error;
@@ -313,7 +313,7 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection() {
     auto r = CallOn(*conn, 0, static_cast<uint32_t>(AdminMethod::kHello), hello.buffer());
     if (!r.ok()) return r.status().WithContext("TCP hello to " + options_.tcp_host + ":" + std::to_string(options_.tcp_port));
   }
-  if (conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
+  if (channel && conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
     bool refused = false;
     Status s = OpenChannel(*conn, &refused);
     if (!s.ok()) {
@@ -323,7 +323,7 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection() {
       if (!refused) return s.WithContext("opening a shared-memory channel");
     }
   }
-  used_.store(static_cast<uint8_t>(conn->mode));
+  if (channel) used_.store(static_cast<uint8_t>(conn->mode));
   return conn;
 }
 
@@ -345,6 +345,17 @@ Status RuntimeClient::OpenChannel(Conn& c, bool* refused) {
   c.shm = std::make_unique<ShmSegment>(std::move(seg).value());
   c.mode = IpcMode::kShm;
   return Status::Ok();
+}
+
+Result<bool> RuntimeClient::WaitUntilGone(int stop_fd, const std::function<void()>& connected) {
+  CLIO_ASSIGN_OR_RETURN(std::unique_ptr<Conn> c, NewConnection(/*channel=*/false));
+  if (connected) connected();
+  // The runtime never speaks first: the connection turns readable only when it hangs up.
+  pollfd p[2] = {{c->fd, POLLIN | POLLRDHUP, 0}, {stop_fd, POLLIN, 0}};
+  while (::poll(p, 2, -1) < 0) {
+    if (errno != EINTR) return Status::FromErrno(errno, "waiting on the runtime's connection");
+  }
+  return p[1].revents == 0;
 }
 
 void RuntimeClient::ReturnConnection(std::unique_ptr<Conn> c) {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -170,6 +171,11 @@ class RuntimeClient {
                            Resend resend = Resend::kFreely, const PoolQuery& query = {});
   // This client's id (RequestContext::client): random, never 0.
   uint32_t client_id() const { return client_id_; }
+  // Blocks until the runtime goes away (a connection of its own hangs up: a stop, a crash):
+  // true; or until `stop_fd` (an eventfd or a pipe) becomes readable: false. Unavailable
+  // when the runtime cannot be reached now. `connected` (optional) runs once that connection
+  // is up, before the wait: what it learns from the runtime is from the one being watched.
+  Result<bool> WaitUntilGone(int stop_fd, const std::function<void()>& connected = nullptr);
 
   const std::string& socket_path() const { return options_.socket_path; }
   // The transport the connections use (never kAuto once connected).
@@ -179,7 +185,9 @@ class RuntimeClient {
   struct Conn;  // a socket, and maybe its shared-memory channel (ipc.cc)
   explicit RuntimeClient(Options o);
   Result<std::unique_ptr<Conn>> TakeConnection();
-  Result<std::unique_ptr<Conn>> NewConnection();
+  // `channel`: ask for a shared-memory channel when the mode allows (not for a connection that
+  // only watches the runtime).
+  Result<std::unique_ptr<Conn>> NewConnection(bool channel = true);
   // Asks the runtime for a shared-memory channel on the connection's Unix socket. On an error,
   // *refused says whether the runtime answered it cleanly (the socket is still usable).
   Status OpenChannel(Conn& c, bool* refused);

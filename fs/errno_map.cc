@@ -28,6 +28,7 @@ int ToErrno(const Status& s) {
     case Code::kNoSuchOffset: return ENXIO;
     case Code::kRangeError: return ERANGE;
     case Code::kInternal: return EIO;
+    case Code::kStale: return ESTALE;
     case Code::kCount: break;
   }
   return EIO;

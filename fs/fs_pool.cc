@@ -19,13 +19,17 @@ ModuleFactory MakeFsModuleFactory(KvStore* kv) {
               PoolRegistry& registry) -> Result<std::unique_ptr<Pool>> {
     ConfigReader r = ModuleKeys(entry, file);
     CLIO_ASSIGN_OR_RETURN(std::string cte_name, r.String("cte_pool", "clio_cte_core"));
-    CLIO_ASSIGN_OR_RETURN(uint64_t chunk, r.Size("chunk_size", 1u << 20));
+    NamespaceOptions o;
+    CLIO_ASSIGN_OR_RETURN(o.chunk_size, r.Size("chunk_size", o.chunk_size));
+    CLIO_ASSIGN_OR_RETURN(uint64_t reclaim, r.UInt("orphan_reclaim_s", o.orphan_reclaim_s));
     CLIO_RETURN_IF_ERROR(r.Finish());
-    if (chunk < 4096 || chunk > (64u << 20) || (chunk & (chunk - 1)))
+    if (o.chunk_size < 4096 || o.chunk_size > (64u << 20) || (o.chunk_size & (o.chunk_size - 1)))
       return r.Error("chunk_size", "must be a power of two between 4 KiB and 64 MiB");
+    if (reclaim > 3600) return r.Error("orphan_reclaim_s", "must be 0 to 3600 seconds");
+    o.orphan_reclaim_s = static_cast<uint32_t>(reclaim);
     auto* cte = registry.Find<CtePool>(cte_name);
     if (!cte) return r.Error("cte_pool", "no clio_cte_core pool named '" + cte_name + "' is composed before this one");
-    CLIO_ASSIGN_OR_RETURN(auto ns, Namespace::Open(kv, cte->cte(), chunk));
+    CLIO_ASSIGN_OR_RETURN(auto ns, Namespace::Open(kv, cte->cte(), o));
     return std::unique_ptr<Pool>(new FsPool(std::move(ns), kv));
   };
 }
@@ -35,12 +39,13 @@ Status FsPool::Stop() { return kv_->Sync(); }
 namespace {
 
 // Metric label of each FsMethod, by value; [0] is any unknown method.
-constexpr std::array<const char*, 27> kOpNames = {
+constexpr std::array<const char*, FsPool::kOps> kOpNames = {
     "unknown",  "lookup",   "getattr",  "setattr",  "create",    "mkdir",      "symlink",
     "readlink", "unlink",   "rmdir",    "rename",   "readdir",   "open",       "release",
     "read",     "write",    "fsync",    "flush",    "statfs",    "link",       "mknod",
-    "setxattr", "getxattr", "listxattr", "removexattr", "fallocate", "locate"};
-static_assert(static_cast<size_t>(FsMethod::kLocate) == kOpNames.size() - 1,
+    "setxattr", "getxattr", "listxattr", "removexattr", "fallocate", "locate", "attach",
+    "reattach"};
+static_assert(static_cast<size_t>(FsMethod::kReattach) == kOpNames.size() - 1,
               "kOpNames must name every FsMethod");
 
 constexpr const char* kOpsName = "clio_fs_operations_total";
@@ -95,7 +100,7 @@ metrics::Counter FsPool::ErrorCounter(size_t op, int err) {
 Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
   const auto start = std::chrono::steady_clock::now();
   Result<std::string> r = Serve(method, payload);
-  const size_t op = method < kOps ? method : 0;
+  const size_t op = method < kOps ? method : 0;  // unknown methods count as "unknown"
   latency_[op].Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (r.ok()) {
     ok_[op].Add();
@@ -335,6 +340,32 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
       CLIO_RETURN_IF_ERROR(done("statfs"));
       Encoder e;
       EncodeStatfs(&e, ns_->Statfs());
+      return e.Take();
+    }
+    case FsMethod::kAttach: {
+      CLIO_RETURN_IF_ERROR(done("attach"));
+      Encoder e;
+      e.Put<uint64_t>(ns_->incarnation());
+      return e.Take();
+    }
+    case FsMethod::kReattach: {
+      uint32_t n = 0;
+      d.Get(&n);
+      if (n > kMaxReattachNodes)
+        return InvalidArgument("reattach of " + std::to_string(n) + " nodes: at most " +
+                               std::to_string(kMaxReattachNodes) + " per request");
+      std::vector<NodeClaim> claims(d.failed() ? 0 : n);
+      for (NodeClaim& c : claims) d.Get(&c.ino) && d.Get(&c.opens);
+      uint8_t flags = 0;
+      d.Get(&flags);
+      CLIO_RETURN_IF_ERROR(done("reattach"));
+      if (flags & ~(kReattachComplete | kReattachBegin))
+        return InvalidArgument("reattach: unknown flags " + std::to_string(flags));
+      CLIO_ASSIGN_OR_RETURN(std::vector<bool> exists, ns_->Reattach(claims, (flags & kReattachBegin) != 0,
+                                                                   (flags & kReattachComplete) != 0));
+      Encoder e;
+      e.Put<uint32_t>(n);
+      for (bool x : exists) e.Put<uint8_t>(x ? 1 : 0);
       return e.Take();
     }
   }

@@ -24,6 +24,7 @@ class FsPool : public Pool {
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   Status Stop() override;
   Namespace* ns() { return ns_.get(); }
+  static constexpr size_t kOps = 29;  // FsMethod values 1..28; 0 counts unknown methods
 
  private:
   Result<std::string> Serve(uint32_t method, std::string_view payload);
@@ -32,7 +33,6 @@ class FsPool : public Pool {
 
   std::unique_ptr<Namespace> ns_;
   KvStore* kv_;
-  static constexpr size_t kOps = 26;  // FsMethod values 1..25; 0 counts unknown methods
   std::array<metrics::Counter, kOps> ok_;
   std::array<metrics::Histogram, kOps> latency_;
   metrics::Counter read_bytes_, write_bytes_;
@@ -42,7 +42,7 @@ class FsPool : public Pool {
 };
 
 // Factory for compose entries with mod_name clio_fs. Keys: cte_pool (name of a clio_cte_core
-// pool composed earlier), chunk_size.
+// pool composed earlier), chunk_size, orphan_reclaim_s (NamespaceOptions).
 ModuleFactory MakeFsModuleFactory(KvStore* kv);
 
 }  // namespace clio

@@ -108,7 +108,20 @@ enum class FsMethod : uint32_t {
   kRemoveXattr,
   kFallocate,
   kLocate,  // u64 ino -> EncodeFileLocation (`clioctl locate`; not sent by clio-fuse)
+  // -> u64 incarnation: a random number per start of the namespace. clio-fuse asks it at mount
+  // and after its connection to the runtime broke, to tell a runtime restart.
+  kAttach,
+  // u32 n, n x (u64 ino, u32 opens), u8 flags -> u32 n, n x u8 exists. After a restart,
+  // clio-fuse declares every node its kernel holds and how many opens each has, in parts of
+  // at most kMaxReattachNodes, the last with kReattachComplete (Namespace::Reattach).
+  kReattach,
 };
+// Nodes in one Reattach request, at most.
+inline constexpr uint32_t kMaxReattachNodes = 1u << 16;
+// Reattach flags: the last part of the declaration; the first (the open counts it does not
+// name are dropped: the mount declares every open it holds).
+inline constexpr uint8_t kReattachComplete = 1u << 0;
+inline constexpr uint8_t kReattachBegin = 1u << 1;
 
 // Methods whose effect changes if applied twice. The client resends them after a broken
 // connection only marked (RuntimeClient::Resend::kMarked): FsPool records each with its effect

@@ -2,14 +2,19 @@
 // what they cache) is fs/fuse_session.cc; this file takes the arguments, connects to the
 // runtime and serves the mount. A runtime restart does not take the mount down: requests wait
 // for the runtime to come back (up to 30 s) and the mutating ones are resent once with their
-// request id, so they take effect once.
+// request id, so they take effect once; a watcher thread notices the restart and has the
+// session reattach (FuseMount::RuntimeRestarted).
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/codec.h"
@@ -35,6 +40,81 @@ int Usage(const char* msg) {
                "  Unmount with: fusermount3 -u MOUNTPOINT\n");
   return 2;
 }
+
+// The namespace's incarnation (FsMethod::kAttach): a new one after a runtime restart.
+Result<uint64_t> Incarnation(RuntimeClient& rc, uint32_t pool_id) {
+  CLIO_ASSIGN_OR_RETURN(std::string r, rc.Call(pool_id, static_cast<uint32_t>(FsMethod::kAttach), {}));
+  Decoder d(r);
+  uint64_t v = 0;
+  d.Get(&v);
+  CLIO_RETURN_IF_ERROR(d.Finish("attach"));
+  return v;
+}
+
+// Watches the runtime from a connection of its own: each time one is up, asks the
+// namespace's incarnation; a new one (a runtime restarted under the mount, or the first
+// answer) has the mount reattach. Then waits for that connection to hang up. On a thread of
+// its own (libfuse's notifications must not come from a request's thread), until Stop(),
+// which may wait up to the client's connect wait (30 s) while the runtime is away.
+class RestartWatcher {
+ public:
+  RestartWatcher(std::shared_ptr<RuntimeClient> rc, uint32_t pool_id, FuseMount* mount)
+      : rc_(std::move(rc)), pool_id_(pool_id), mount_(mount), stop_fd_(::eventfd(0, EFD_CLOEXEC)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~RestartWatcher() { Stop(); }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    const uint64_t one = 1;
+    (void)!::write(stop_fd_, &one, sizeof one);
+    thread_.join();
+    ::close(stop_fd_);
+  }
+
+ private:
+  // Whether Stop() was called, waiting for it up to `ms`.
+  bool stopping(int ms = 0) {
+    pollfd p{stop_fd_, POLLIN, 0};
+    return ::poll(&p, 1, ms) > 0;
+  }
+  void Run() {
+    while (!stopping()) {
+      auto gone = rc_->WaitUntilGone(stop_fd_, [this] { Check(); });
+      if (gone.ok() && !*gone) return;  // stopped
+      // The runtime is not there now: ask again in a moment (each ask waits for it a while).
+      if (!gone.ok() && stopping(1000)) return;
+    }
+  }
+  void Check() {
+    while (!stopping()) {
+      auto now = Incarnation(*rc_, pool_id_);
+      if (!now.ok()) {
+        CLIO_LOG_WARN("asking the runtime who it is: {}; the mount waits for it", now.status().ToString());
+        return;  // the watched connection tells when to ask again
+      }
+      if (known_ && *now == *known_) return;  // a broken connection, not a restart
+      auto r = mount_->RuntimeRestarted();
+      if (r.ok()) {
+        if (known_) {
+          CLIO_LOG_INFO("the runtime restarted under the mount: {} nodes the kernel holds declared ({} opens), "
+                        "{} of them gone with the restart and dropped from the kernel's caches", r->nodes, r->opens,
+                        r->gone);
+        }
+        known_ = *now;
+        return;
+      }
+      CLIO_LOG_WARN("reattaching the mount to the runtime: {}; trying again", r.status().ToString());
+      if (stopping(1000)) return;
+    }
+  }
+
+  std::shared_ptr<RuntimeClient> rc_;
+  const uint32_t pool_id_;
+  FuseMount* const mount_;
+  const int stop_fd_;
+  std::optional<uint64_t> known_;  // the incarnation attached to; only the watcher's thread uses it
+  std::thread thread_;
+};
 
 struct Args {
   FuseMountOptions mount;
@@ -131,11 +211,14 @@ int Main(int argc, char** argv) {
   const std::string mnt = (*mount)->mountpoint();
   if (args.foreground) std::fprintf(stderr, "clio-fuse: mounted on %s\n", mnt.c_str());
   (*mount)->Daemonize(args.foreground);
+  // After the fork: a thread does not survive it.
+  auto watcher = std::make_unique<RestartWatcher>(rc, pool_id, mount->get());
   NotifyReady("mounted on " + mnt);
   // 0, -errno, or the number of the signal that ended it. SIGTERM, SIGINT and SIGHUP are how
   // a stop asks (systemd sends SIGTERM right after ExecStop's fusermount3 -u, which can land
   // before the loop has seen the unmount): a clean exit, not a failed unit.
   int loop = (*mount)->Loop(16);
+  watcher->Stop();
   int rc_exit = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : 1;
   if (rc_exit != 0) std::fprintf(stderr, "clio-fuse: the session ended with %d\n", loop);
   return rc_exit;

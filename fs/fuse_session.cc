@@ -44,6 +44,7 @@
 #include "fs/errno_map.h"
 #include "fs/fs_protocol.h"
 #include "fs/fuse_uring.h"
+#include "fs/node_table.h"
 
 namespace clio {
 namespace {
@@ -88,6 +89,11 @@ class AbsentXattrCache {
     if (absent_.size() >= kMaxEntries) absent_.clear();  // a bound, not an eviction policy
     absent_[ino] |= bits;
   }
+  void Clear() {
+    MutexLock l(&mu_);
+    ++epoch_;
+    absent_.clear();
+  }
   // Before a set or remove of `name` on `ino`.
   void Changing(uint64_t ino, uint8_t bit) {
     MutexLock l(&mu_);
@@ -117,6 +123,11 @@ class KnownCleanFiles {
   uint64_t epoch() {
     MutexLock l(&mu_);
     return epoch_;
+  }
+  void Clear() {
+    MutexLock l(&mu_);
+    ++epoch_;
+    clean_.clear();
   }
   void MarkClean(uint64_t ino, uint64_t epoch) {
     MutexLock l(&mu_);
@@ -156,6 +167,10 @@ class DeletedInodes {
   void Forget(uint64_t ino) {
     MutexLock l(&mu_);
     inos_.erase(ino);
+  }
+  void Clear() {
+    MutexLock l(&mu_);
+    inos_.clear();
   }
 
  private:
@@ -277,6 +292,7 @@ struct FuseState {
   KnownCleanFiles clean_files;
   DeletedInodes deleted;
   FreshDirAttrs dir_attrs;
+  NodeTable nodes;  // the node ids the kernel holds, and the opens on each
   std::unique_ptr<FuseUring> uring;  // unless -o io_uring=off
 };
 
@@ -290,8 +306,7 @@ ssize_t UringWritev(int fd, struct iovec* iov, int count, void* userdata) {
 
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
 
-Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
-  FuseState* s = State(req);
+Result<std::string> Call(FuseState* s, FsMethod m, Encoder& e) {
   if (!s->gate.Enter()) return Unavailable("the mount is being stopped");
   const bool changes = !ChangesNothing(m);
   if (changes) s->changes.fetch_add(1);
@@ -300,6 +315,7 @@ Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) {
   s->gate.Leave();
   return r;
 }
+Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) { return Call(State(req), m, e); }
 
 struct stat ToStat(const InodeAttr& a) {
   struct stat st {};
@@ -337,12 +353,17 @@ bool DecodeAttrReply(const std::string& body, InodeAttr* a) {
   return DecodeAttr(&d, a) && d.Finish("attr").ok();
 }
 
-void ReplyEntry(fuse_req_t req, const Result<std::string>& r) {
+// An entry reply: the kernel takes a lookup of the node when it accepts it. Counted before
+// the reply goes out (the kernel may FORGET it before this thread runs again), taken back if
+// the kernel refused it.
+void ReplyEntry(fuse_req_t req, fuse_ino_t parent, const char* name, const Result<std::string>& r) {
   if (!r.ok()) return ReplyErr(req, r.status());
   InodeAttr a;
   if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
   fuse_entry_param e = ToEntry(req, a);
-  fuse_reply_entry(req, &e);
+  NodeTable& nodes = State(req)->nodes;
+  nodes.Looked(parent, name, a.ino);
+  if (fuse_reply_entry(req, &e) != 0) nodes.Forget(a.ino, 1);
 }
 
 void ReplyAttr(fuse_req_t req, const Result<std::string>& r) {
@@ -375,13 +396,15 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     neg.entry_timeout = State(req)->options.negative_timeout;
     return (void)fuse_reply_entry(req, &neg);
   }
-  ReplyEntry(req, r);
+  ReplyEntry(req, parent, name, r);
 }
 
-// Inode numbers are stable ids kept by the runtime; the kernel's lookup counts need no
-// bookkeeping here because nothing is cached per inode in this process.
-void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t) {
+// Inode numbers are stable ids kept by the runtime, never handed out twice; the node table
+// counts the kernel's lookups so that a runtime restart knows which ids the kernel holds.
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
   State(req)->deleted.Forget(ino);
+  // The root is never looked up, and never gone: a FORGET of it (at unmount) counts nothing.
+  if (ino != FUSE_ROOT_ID) State(req)->nodes.Forget(ino, nlookup);
   fuse_reply_none(req);
 }
 
@@ -440,7 +463,7 @@ void MakeNode(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name, m
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
       .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  ReplyEntry(req, Call(req, m, e));
+  ReplyEntry(req, parent, name, Call(req, m, e));
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
@@ -452,7 +475,7 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).PutBytes(link).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  ReplyEntry(req, Call(req, FsMethod::kSymlink, e));
+  ReplyEntry(req, parent, name, Call(req, FsMethod::kSymlink, e));
 }
 
 void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name) {
@@ -498,17 +521,21 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
       DecodeAttr(&d, &moved) && d.Finish("rename").ok()) {
     if (from.ino == parent) fresh.Put(parent, from, from_stamp);
     if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
+    if (moved.ino != 0) st->nodes.Renamed(moved.ino, newparent, newname);
   }
   fuse_reply_err(req, 0);
 }
 
-void ReleaseQuietly(fuse_req_t req, uint64_t ino) {
+// Undoes an open whose reply the kernel refused. Takes the state, not the request: a reply,
+// refused or not, frees the request.
+void ReleaseQuietly(FuseState* s, uint64_t ino) {
   Encoder e;
   e.Put<uint64_t>(ino);
-  (void)Call(req, FsMethod::kRelease, e);
+  (void)Call(s, FsMethod::kRelease, e);
 }
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  OpenChange change(&State(req)->nodes);  // the runtime counts the create as an open
   const fuse_ctx* ctx = fuse_req_ctx(req);
   const FreshDirAttrs::Stamp stamp = State(req)->dir_attrs.Changing(parent);
   Encoder e;
@@ -519,7 +546,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   InodeAttr a, dir;
   Decoder d(*r);
   if (!DecodeAttr(&d, &a) || !DecodeAttr(&d, &dir) || !d.Finish("create").ok()) {
-    ReleaseQuietly(req, a.ino);
+    ReleaseQuietly(State(req), a.ino);
     return (void)fuse_reply_err(req, EIO);
   }
   State(req)->dir_attrs.Put(parent, dir, stamp);
@@ -532,14 +559,23 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
     KnownCleanFiles& k = State(req)->clean_files;
     k.MarkClean(a.ino, k.epoch());  // nothing written yet
   }
-  // If the caller was interrupted the kernel never sends release: undo the open here.
-  if (fuse_reply_create(req, &ent, fi) != 0) ReleaseQuietly(req, a.ino);
+  // Counted before the reply (the kernel may RELEASE or FORGET it at once). If the caller was
+  // interrupted the kernel never sends release: undo the open and the counts here.
+  FuseState* st = State(req);
+  st->nodes.Looked(parent, name, a.ino);
+  st->nodes.Opened(a.ino);
+  if (fuse_reply_create(req, &ent, fi) != 0) {
+    st->nodes.Released(a.ino);
+    st->nodes.Forget(a.ino, 1);
+    ReleaseQuietly(st, a.ino);
+  }
 }
 
 // fuse_file_info::fh of a file opened read-only: its close has no write-back error to report.
 constexpr uint64_t kReadOnlyHandle = 1;
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  OpenChange change(&State(req)->nodes);
   if (fi->flags & O_TRUNC) State(req)->clean_files.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
@@ -547,7 +583,12 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (!r.ok()) return ReplyErr(req, r.status());
   fi->fh = (fi->flags & O_ACCMODE) == O_RDONLY ? kReadOnlyHandle : 0;
   fi->keep_cache = 1;  // this mount is the only writer of its files
-  if (fuse_reply_open(req, fi) != 0) ReleaseQuietly(req, ino);
+  FuseState* st = State(req);
+  st->nodes.Opened(ino);  // before the reply: its RELEASE may come at once
+  if (fuse_reply_open(req, fi) != 0) {
+    st->nodes.Released(ino);
+    ReleaseQuietly(st, ino);
+  }
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
@@ -593,7 +634,12 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (d.Get(&clean) && d.Finish("flush").ok() && clean == 1) known.MarkClean(ino, epoch);
   fuse_reply_err(req, 0);
 }
-void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { InoCall(req, FsMethod::kRelease, ino); }
+void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  NodeTable& nodes = State(req)->nodes;  // the reply frees req
+  OpenChange change(&nodes);
+  InoCall(req, FsMethod::kRelease, ino);
+  nodes.Released(ino);  // the kernel is done with it whatever the runtime said
+}
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
 // Directory entries are metadata; fsync of a directory commits the metadata.
 void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
@@ -665,9 +711,9 @@ Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i, uint
       page.push_back(std::move(ent));
     }
     CLIO_RETURN_IF_ERROR(d.Finish("readdir"));
-  } else if (r.status().code() != Code::kNotFound) {
+  } else if (r.status().code() != Code::kNotFound && r.status().code() != Code::kStale) {
     return r.status();
-  }  // NotFound: the directory is gone (removed while open), so it lists as empty
+  }  // NotFound, Stale: the directory is gone (removed while open), so it lists as empty
   h->marks.resize(i + 1);
   h->page = std::move(page);
   h->page_start = h->marks[i].start;
@@ -708,16 +754,20 @@ Status RereadDirFrom(fuse_req_t req, fuse_ino_t ino, DirHandle* h, uint64_t pos)
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // Counted like a file open, so an rmdir while open keeps the inode until releasedir.
+  OpenChange change(&State(req)->nodes);
   Encoder open;
   open.Put<uint64_t>(ino).Put<uint32_t>(0);
   auto o = Call(req, FsMethod::kOpen, open);
   if (!o.ok()) return ReplyErr(req, o.status());
   auto h = std::make_unique<DirHandle>();
   fi->fh = reinterpret_cast<uint64_t>(h.get());
+  FuseState* st = State(req);
+  st->nodes.Opened(ino);  // before the reply: its RELEASEDIR may come at once
   if (fuse_reply_open(req, fi) == 0) {
     (void)h.release();
   } else {
-    ReleaseQuietly(req, ino);  // interrupted: no releasedir will come
+    st->nodes.Released(ino);
+    ReleaseQuietly(st, ino);  // interrupted: no releasedir will come
   }
 }
 
@@ -725,6 +775,8 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   auto* h = reinterpret_cast<DirHandle*>(fi->fh);
   std::string buf(size, '\0');
   size_t used = 0;
+  // Readdirplus entries with a node: the kernel takes a lookup of each once the reply is in.
+  std::vector<std::pair<std::string, uint64_t>> handed;
   {
     MutexLock l(&h->mu);
     if (off == 0) h->loaded = false;  // the start (or a rewinddir): the directory as it is now
@@ -772,9 +824,13 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
       }
       if (n > size - used) break;
       used += n;
+      if (plus && i >= 2 && a.ino != 0) handed.emplace_back(name, a.ino);
     }
   }
-  fuse_reply_buf(req, buf.data(), used);
+  NodeTable& nodes = State(req)->nodes;
+  for (const auto& [name, child] : handed) nodes.Looked(ino, name, child);  // before the reply, as entries
+  if (fuse_reply_buf(req, buf.data(), used) != 0)
+    for (const auto& [name, child] : handed) nodes.Forget(child, 1);
 }
 
 void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -785,7 +841,10 @@ void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
 }
 void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   delete reinterpret_cast<DirHandle*>(fi->fh);
+  NodeTable& nodes = State(req)->nodes;  // the reply frees req
+  OpenChange change(&nodes);
   InoCall(req, FsMethod::kRelease, ino);
+  nodes.Released(ino);
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
@@ -793,7 +852,7 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
   State(req)->dir_attrs.Changing(ino);
   Encoder e;
   e.Put<uint64_t>(ino).Put<uint64_t>(newparent).PutBytes(newname);
-  ReplyEntry(req, Call(req, FsMethod::kLink, e));
+  ReplyEntry(req, newparent, newname, Call(req, FsMethod::kLink, e));
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
@@ -802,7 +861,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
   Encoder e;
   e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777))
       .Put<uint64_t>(rdev).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  ReplyEntry(req, Call(req, FsMethod::kMknod, e));
+  ReplyEntry(req, parent, name, Call(req, FsMethod::kMknod, e));
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
@@ -1258,5 +1317,78 @@ bool FuseMount::Stop(int grace_ms) {
 }
 
 const std::string& FuseMount::mountpoint() const { return impl_->mountpoint(); }
+
+Result<FuseMount::Reattached> FuseMount::RuntimeRestarted() {
+  FuseState& s = impl_->state;
+  std::vector<NodeTable::Node> nodes = s.nodes.Freeze();
+  std::vector<bool> exists;
+  exists.reserve(nodes.size());
+  Status declared;
+  // In parts; the last (an empty one when the kernel holds nothing) says it is complete.
+  for (size_t first = 0; declared.ok() && (first < nodes.size() || first == 0); first += kMaxReattachNodes) {
+    const size_t n = std::min<size_t>(kMaxReattachNodes, nodes.size() - first);
+    const bool last = first + n == nodes.size();
+    Encoder e;
+    e.Put<uint32_t>(static_cast<uint32_t>(n));
+    for (size_t i = first; i < first + n; ++i) e.Put<uint64_t>(nodes[i].ino).Put<uint32_t>(nodes[i].opens);
+    e.Put<uint8_t>((first == 0 ? kReattachBegin : 0) | (last ? kReattachComplete : 0));
+    if (!s.gate.Enter()) {
+      declared = Unavailable("the mount is being stopped");
+      break;
+    }
+    Result<std::string> r = s.call(FsMethod::kReattach, e.buffer());
+    s.gate.Leave();
+    if (!r.ok()) {
+      declared = r.status();
+      break;
+    }
+    Decoder d(*r);
+    uint32_t count = 0;
+    d.Get(&count);
+    for (uint32_t i = 0; i < count && !d.failed(); ++i) {
+      uint8_t x = 0;
+      d.Get(&x);
+      exists.push_back(x != 0);
+    }
+    declared = d.Finish("reattach");
+    if (declared.ok() && count != n) declared = Corruption("reattach: the runtime answered for another number of nodes");
+    if (last) break;
+  }
+  s.nodes.Thaw();
+  CLIO_RETURN_IF_ERROR(declared.WithContext("declaring the mount's nodes to the restarted runtime"));
+  // From here on no lock of this side is held: notifications may wait for requests (a dirty
+  // page written back before its page is dropped), which must be free to run.
+  s.dir_attrs.ChangingAll();
+  s.clean_files.Clear();
+  s.absent_xattrs.Clear();
+  s.deleted.Clear();
+  Reattached out;
+  out.nodes = nodes.size();
+  fuse_session* se = impl_->se;
+  std::vector<const NodeTable::Node*> gone;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    out.opens += nodes[i].opens;
+    if (!exists[i]) gone.push_back(&nodes[i]);
+  }
+  out.gone = gone.size();
+  // The names of the nodes that are gone: children before their directories (a directory
+  // with entries in the kernel's cache is not dropped), newest numbers first, and once more
+  // for what a first pass could not drop.
+  std::sort(gone.begin(), gone.end(), [](const auto* a, const auto* b) { return a->ino > b->ino; });
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<const NodeTable::Node*> again;
+    for (const NodeTable::Node* n : gone) {
+      if (n->parent == 0) continue;
+      if (fuse_lowlevel_notify_delete(se, n->parent, n->ino, n->name.data(), n->name.size()) == -ENOTEMPTY)
+        again.push_back(n);
+    }
+    gone.swap(again);
+  }
+  // Then what the kernel caches of every node: attributes, and pages (dirty ones written
+  // back first; to a node that is gone that fails with ESTALE and stores nothing).
+  for (const NodeTable::Node& n : nodes) (void)fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
+  (void)fuse_lowlevel_notify_inval_inode(se, kRootIno, 0, 0);
+  return out;
+}
 
 }  // namespace clio

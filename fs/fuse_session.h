@@ -78,6 +78,22 @@ class FuseMount {
   bool Stop(int grace_ms);
   const std::string& mountpoint() const;
 
+  // What RuntimeRestarted did.
+  struct Reattached {
+    size_t nodes = 0;  // node ids the kernel held, declared to the new runtime
+    size_t opens = 0;  // opens on them
+    size_t gone = 0;   // nodes the new runtime does not have (dropped from the kernel)
+  };
+  // After the runtime restarted under the mount (clio-fuse notices; call it from a thread of
+  // its own, never from a request's, as libfuse's notifications require). Declares to the new
+  // runtime every node the kernel holds and the opens on each (Namespace::Reattach), with
+  // opens and releases held back meanwhile, so files unlinked while open stay alive. Then it
+  // drops what a crash may have made wrong in the kernel: the entries of nodes the runtime no
+  // longer has (their creation was lost), and every held node's attributes and cached pages
+  // (dirty pages are written back first: to a node that is gone they fail with ESTALE); and
+  // this session's own caches. Unavailable when the runtime went away again meanwhile.
+  Result<Reattached> RuntimeRestarted();
+
  private:
   struct Impl;
   explicit FuseMount(std::unique_ptr<Impl> impl);

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <limits>
+#include <random>
 
 #include "common/codec.h"
 #include "common/log.h"
@@ -26,19 +28,40 @@ Status ValidateName(std::string_view name) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, uint64_t chunk_size) {
+namespace {
+
+constexpr size_t kScanPage = 4096;
+// How far past the highest inode a damaged or missing mark is rebuilt: numbers a crash lost
+// after the last reservation cannot be known then, and a kernel may still hold some.
+constexpr uint64_t kRepairMargin = 1u << 16;
+
+uint64_t RandomIncarnation() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(NowNs());
+}
+
+}  // namespace
+
+Namespace::Namespace(KvStore* kv, Cte* cte, const NamespaceOptions& o)
+    : kv_(kv), cte_(cte), chunk_size_(o.chunk_size), orphan_reclaim_s_(o.orphan_reclaim_s),
+      inode_batch_(o.inode_batch), incarnation_(RandomIncarnation()) {}
+
+Namespace::~Namespace() {
+  if (!reclaimer_.joinable()) return;
+  {
+    MutexLock l(&reclaim_mu_);
+    closing_ = true;
+    reclaim_cv_.NotifyAll();
+  }
+  reclaimer_.join();
+}
+
+Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, const NamespaceOptions& options) {
+  const uint64_t chunk_size = options.chunk_size;
   if (chunk_size < 4096 || (chunk_size & (chunk_size - 1)))
     return InvalidArgument("chunk_size must be a power of two of at least 4 KiB");
-  std::unique_ptr<Namespace> ns(new Namespace(kv, cte, chunk_size));
-  MutexLock l(&ns->mu_);
-  CLIO_ASSIGN_OR_RETURN(auto next, kv->Get(kNextInoKey));
-  if (next) {
-    Decoder d(*next);
-    uint64_t v = 0;
-    d.Get(&v);
-    CLIO_RETURN_IF_ERROR(d.Finish("next inode counter"));
-    ns->next_ino_ = v;
-  }
+  if (options.inode_batch == 0) return InvalidArgument("inode_batch must be at least 1");
+  std::unique_ptr<Namespace> ns(new Namespace(kv, cte, options));
   CLIO_ASSIGN_OR_RETURN(auto root, kv->Get(InodeKey(kRootIno)));
   if (!root) {
     InodeAttr a;
@@ -54,16 +77,153 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, uint64
     b.Put(InodeKey(kRootIno), EncodeInode(a, {}));
     CLIO_RETURN_IF_ERROR(kv->Apply(std::move(b)));
   }
-  CLIO_RETURN_IF_ERROR(ns->RemoveOrphans());
+  {
+    MutexLock l(&ns->mu_);
+    CLIO_RETURN_IF_ERROR(ns->RecoverInodes());
+  }
+  CLIO_RETURN_IF_ERROR(ns->FinishPendingTruncations());
+  if (options.orphan_reclaim_s == 0) {
+    CLIO_RETURN_IF_ERROR(ns->EndReclaimWindow());
+  } else {
+    // A client that rides out the restart (clio-fuse) may hold files open, unlinked or not,
+    // that this runtime has no count of until it reattaches: orphans found now are kept, and
+    // a last unlink keeps the data, until it has declared its opens or the window ends.
+    CLIO_ASSIGN_OR_RETURN(KvPairs orphans, kv->Scan("o/", "", 0));
+    {
+      MutexLock l(&ns->mu_);
+      ns->reclaiming_ = true;
+    }
+    if (!orphans.empty())
+      CLIO_LOG_INFO("{} files unlinked while open are kept up to {} s for the clients that hold them "
+                    "(clio_fs orphan_reclaim_s)", orphans.size(), options.orphan_reclaim_s);
+    ns->reclaimer_ = std::thread([n = ns.get()] { n->ReclaimerLoop(); });
+  }
   CLIO_RETURN_IF_ERROR(ns->ExpireRequestRecords());
   return ns;
 }
 
-Status Namespace::RemoveOrphans() {
-  // Files whose last name went away: their data is deleted, then the inode and the key.
-  CLIO_ASSIGN_OR_RETURN(KvPairs orphans, kv_->Scan("o/", "", 0));
-  for (auto& [k, _] : orphans) CLIO_RETURN_IF_ERROR(DeleteFileData(ReadBigEndian64(std::string_view(k).substr(2))));
-  if (!orphans.empty()) CLIO_LOG_INFO("removed the data of {} unlinked files", orphans.size());
+Status Namespace::RecoverInodes() {
+  // The mark every number handed out before lies below (a synced reservation), or, from a
+  // store of format 3, the next number as last committed (a crash may have rolled it back:
+  // a margin past it).
+  uint64_t mark = 0;
+  bool trusted = false;
+  CLIO_ASSIGN_OR_RETURN(auto hwm, kv_->Get(kInoHwmKey));
+  CLIO_ASSIGN_OR_RETURN(auto legacy, kv_->Get(kLegacyNextInoKey));
+  if (hwm) {
+    Decoder d(*hwm);
+    uint8_t version = 0;
+    d.Get(&version);
+    d.Get(&mark);
+    Status s = d.Finish("inode high-water mark");
+    if (s.ok() && version != kInoHwmVersion) s = Corruption("unknown version " + std::to_string(version));
+    if (s.ok() && mark > kMaxIno) s = Corruption("mark " + std::to_string(mark) + " is past the largest inode number");
+    trusted = s.ok();
+    if (!trusted) {
+      CLIO_LOG_WARN("metadata key {} is damaged ({}); rebuilt from the highest inode plus {}; "
+                    "a mount kept across this restart should be remounted",
+                    kInoHwmKey, s.message(), kRepairMargin);
+      mark = 0;
+    }
+  } else if (legacy) {
+    Decoder d(*legacy);
+    uint64_t next = 0;
+    d.Get(&next);
+    if (d.Finish("next inode counter").ok() && next <= kMaxIno) {
+      mark = next + kRepairMargin;
+      trusted = true;
+      CLIO_LOG_INFO("metadata key {} (format 3) starts the inode mark {} ({} past it)", kLegacyNextInoKey,
+                    kInoHwmKey, kRepairMargin);
+    } else {
+      CLIO_LOG_WARN("metadata key {} is damaged; the inode mark is rebuilt from the highest inode", kLegacyNextInoKey);
+    }
+  }
+  // Every inode, in number order, against the tags the blob index held at start (also in
+  // order): a tag with no inode is data of a file that does not exist (nothing can reach
+  // it; a later file must never inherit it).
+  const std::vector<uint64_t> tags = cte_->TakeStartTags();
+  std::vector<uint64_t> strays;
+  size_t t = 0;
+  uint64_t highest = kRootIno, inodes = 0;
+  std::string after;
+  while (true) {
+    CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan("i/", after, kScanPage));
+    for (auto& [k, v] : page) {
+      if (k.size() != 10) {
+        CLIO_LOG_WARN("metadata key of {} bytes under i/ is not an inode key; ignored", k.size());
+        continue;
+      }
+      const uint64_t ino = ReadBigEndian64(std::string_view(k).substr(2));
+      while (t < tags.size() && tags[t] < ino) strays.push_back(tags[t++]);
+      if (t < tags.size() && tags[t] == ino) ++t;
+      highest = std::max(highest, ino);
+      ++inodes;
+    }
+    if (page.size() < kScanPage) break;
+    after = page.back().first;
+  }
+  while (t < tags.size()) strays.push_back(tags[t++]);
+  if (highest > kMaxIno) return Corruption("inode " + std::to_string(highest) + " is past the largest inode number");
+  if (!hwm && !legacy) {
+    // A new filesystem (nothing but the root) starts at 2; inodes without a mark are damage.
+    if (highest != kRootIno)
+      CLIO_LOG_WARN("metadata key {} is missing although inodes exist; rebuilt from the highest inode ({}) plus {}",
+                    kInoHwmKey, highest, kRepairMargin);
+    mark = highest == kRootIno ? kRootIno + 1 : highest + 1 + kRepairMargin;
+  } else if (!trusted) {
+    mark = highest + 1 + kRepairMargin;
+  } else if (mark <= highest) {
+    CLIO_LOG_WARN("metadata key {} ({}) is not above the highest inode ({}): foreign or damaged; raised to {}",
+                  hwm ? kInoHwmKey : kLegacyNextInoKey, mark, highest, highest + 1 + kRepairMargin);
+    mark = highest + 1 + kRepairMargin;
+  }
+  size_t removed = 0;
+  for (uint64_t tag : strays) {
+    Status s = cte_->DelTag(tag);
+    if (s.ok()) {
+      ++removed;
+    } else {
+      CLIO_LOG_ERROR("removing the blobs of inode number {}, which has no inode: {} (tried again at the next start)",
+                     tag, s.ToString());
+    }
+  }
+  if (!strays.empty()) {
+    CLIO_LOG_WARN("removed the blobs of {} inode numbers that have no inode (the first: {}): data of files "
+                  "whose creation a crash lost, or of a damaged index", removed, strays.front());
+  }
+  // This run's numbers start at the old mark: past everything handed out before, so a kernel
+  // holding a node id from before the restart never meets it on another file.
+  next_ino_ = mark;
+  ino_hwm_ = mark;
+  CLIO_RETURN_IF_ERROR(ReserveInodes());
+  CLIO_LOG_INFO("{} inodes (the highest {}); new inode numbers from {}, reserved up to {}", inodes + 1, highest,
+                next_ino_, ino_hwm_);
+  return Status::Ok();
+}
+
+Status Namespace::ReserveInodes() {
+  const uint64_t mark = ino_hwm_ + inode_batch_;
+  if (mark > kMaxIno) return NoSpace("no inode numbers left (the largest is " + std::to_string(kMaxIno) + ")");
+  KvBatch b;
+  b.Put(std::string(kInoHwmKey), EncodeInoHwm(mark));
+  // What a format-3 runtime reads as its next number: one started on this store after a
+  // downgrade goes on past the mark instead of over existing inodes.
+  Encoder legacy;
+  legacy.Put<uint64_t>(mark);
+  b.Put(std::string(kLegacyNextInoKey), legacy.Take());
+  CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  // Durable before the first number of the batch is handed out.
+  CLIO_RETURN_IF_ERROR(kv_->Sync());
+  ino_hwm_ = mark;
+  return Status::Ok();
+}
+
+uint64_t Namespace::inode_high_water() {
+  MutexLock l(&mu_);
+  return ino_hwm_;
+}
+
+Status Namespace::FinishPendingTruncations() {
   // Truncations interrupted between the size change and the blob changes.
   CLIO_ASSIGN_OR_RETURN(KvPairs truncs, kv_->Scan("x/", "", 0));
   for (auto& [k, v] : truncs) {
@@ -77,10 +237,75 @@ Status Namespace::RemoveOrphans() {
   return Status::Ok();
 }
 
+Status Namespace::EndReclaimWindow() {
+  // Files whose last name went away and that nobody holds open: their keys go under mu_, so
+  // no Reattach or open can count one in between; their blobs after.
+  std::vector<uint64_t> gone;
+  size_t kept = 0;
+  {
+    MutexLock l(&mu_);
+    reclaiming_ = false;  // from here on a last close or unlink removes an orphan at once
+    CLIO_ASSIGN_OR_RETURN(KvPairs orphans, kv_->Scan("o/", "", 0));
+    for (auto& [k, _] : orphans) {
+      const uint64_t ino = ReadBigEndian64(std::string_view(k).substr(2));
+      auto it = open_counts_.find(ino);
+      if (it != open_counts_.end() && it->second > 0) {
+        ++kept;
+        continue;
+      }
+      CLIO_RETURN_IF_ERROR(DeleteFileKeys(ino));
+      gone.push_back(ino);
+    }
+  }
+  for (uint64_t ino : gone) CLIO_RETURN_IF_ERROR(cte_->DelTag(ino));
+  if (!gone.empty() || kept != 0)
+    CLIO_LOG_INFO("removed the data of {} unlinked files; {} still open are kept until their last close", gone.size(), kept);
+  return Status::Ok();
+}
+
+void Namespace::ReclaimerLoop() {
+  {
+    MutexLock l(&reclaim_mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(orphan_reclaim_s_);
+    while (!closing_ && std::chrono::steady_clock::now() < deadline) {
+      reclaim_cv_.WaitFor(&reclaim_mu_, deadline - std::chrono::steady_clock::now());
+    }
+    if (closing_) return;  // a stop within the window: the next start keeps them again
+  }
+  if (!reclaiming()) return;  // ended early (EndReclaimWindow)
+  Status s = EndReclaimWindow();
+  if (!s.ok()) CLIO_LOG_ERROR("removing unclaimed orphans after the reclaim window: {}", s.ToString());
+}
+
+bool Namespace::reclaiming() {
+  MutexLock l(&mu_);
+  return reclaiming_;
+}
+
+Result<std::vector<bool>> Namespace::Reattach(const std::vector<NodeClaim>& claims, bool begin, bool complete) {
+  std::vector<bool> exists(claims.size(), false);
+  {
+    MutexLock l(&mu_);
+    if (begin) open_counts_.clear();
+    for (size_t i = 0; i < claims.size(); ++i) {
+      const NodeClaim& c = claims[i];
+      CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(c.ino)));
+      exists[i] = v.has_value();
+      if (!exists[i]) continue;
+      // The mount's count replaces ours: it is every open it holds, none in flight.
+      if (c.opens > 0) open_counts_[c.ino] = c.opens;
+    }
+  }
+  if (complete) {
+    // The mount (one per runtime) declared all it holds: no one else can claim an orphan.
+    CLIO_RETURN_IF_ERROR(EndReclaimWindow());
+  }
+  return exists;
+}
 
 Result<InodeAttr> Namespace::LoadInode(uint64_t ino) {
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) return NotFound("no inode " + Hex(ino));
+  if (!v) return NoInode(ino);
   return DecodeInode(*v, nullptr);
 }
 
@@ -104,8 +329,16 @@ Result<std::pair<uint64_t, uint32_t>> Namespace::LoadDentry(uint64_t parent, std
 
 Result<InodeAttr> Namespace::Lookup(uint64_t parent, std::string_view name) {
   if (name.size() > kMaxNameLen) return Status(Code::kNameTooLong, "name longer than 255 bytes");
-  CLIO_ASSIGN_OR_RETURN(auto dent, LoadDentry(parent, name));
-  return LoadInode(dent.first);
+  auto dent = LoadDentry(parent, name);
+  if (!dent.ok()) {
+    // No such name; in a directory that is gone itself, the kernel holds a stale node.
+    if (dent.status().code() == Code::kNotFound) {
+      CLIO_ASSIGN_OR_RETURN(auto dir, kv_->Get(InodeKey(parent)));
+      if (!dir) return NoInode(parent);
+    }
+    return dent.status();
+  }
+  return LoadInode(dent->first);
 }
 
 Result<InodeAttr> Namespace::GetAttr(uint64_t ino) { return LoadInode(ino); }
@@ -114,7 +347,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   MutexLock l(&mu_);
   std::string target;
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) return NotFound("no inode " + Hex(ino));
+  if (!v) return NoInode(ino);
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
   int64_t now = NowNs();
   bool shrink = false;
@@ -164,9 +397,10 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   std::string dkey = DentryKey(parent, name);
   CLIO_ASSIGN_OR_RETURN(auto existing, kv_->Get(dkey));
   if (existing) return Status(Code::kAlreadyExists, "'" + std::string(name) + "' exists");
+  if (next_ino_ >= ino_hwm_) CLIO_RETURN_IF_ERROR(ReserveInodes());
   int64_t now = NowNs();
   InodeAttr a;
-  a.ino = next_ino_;
+  a.ino = next_ino_++;  // used up even if the commit fails: a number is never handed out twice
   a.mode = mode;
   a.nlink = S_ISDIR(mode) ? 2 : 1;
   a.uid = uid;
@@ -187,11 +421,7 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   b.Put(dkey, EncodeDentry(a.ino, a.mode));
   b.Put(InodeKey(a.ino), EncodeInode(a, target));
   b.Put(InodeKey(parent), EncodeInode(dir, {}));
-  Encoder n;
-  n.Put<uint64_t>(a.ino + 1);
-  b.Put(std::string(kNextInoKey), n.Take());
   CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
-  ++next_ino_;
   if (dir_out != nullptr) *dir_out = dir;
   return a;
 }
@@ -237,7 +467,7 @@ Result<InodeAttr> Namespace::Mknod(uint64_t parent, std::string_view name, uint3
 
 Result<std::string> Namespace::Readlink(uint64_t ino) {
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) return NotFound("no inode " + Hex(ino));
+  if (!v) return NoInode(ino);
   std::string target;
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
   if (!S_ISLNK(a.mode)) return InvalidArgument("not a symbolic link");
@@ -264,7 +494,7 @@ Result<std::vector<DirEntry>> Namespace::ReadDir(uint64_t ino, std::string_view 
     auto a = LoadInode(child);
     if (a.ok()) {
       e.attr = *a;
-    } else if (a.status().code() == Code::kNotFound) {
+    } else if (a.status().code() == Code::kStale) {
       // Removed between the scan and the load. Keep the entry (from the dentry alone) so a
       // page is never shorter than the scan, which callers read as the end of the directory.
       e.attr.ino = child;

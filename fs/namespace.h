@@ -2,8 +2,13 @@
 // the metadata store, and file data as CTE blobs (tag = inode, blob = chunk index).
 //
 // Keys (docs/namespace.md): "i/"+be64(ino) inode, "d/"+be64(parent)+name entry,
-// "o/"+be64(ino) orphan (unlinked while open), "m/next_ino".
+// "o/"+be64(ino) orphan (unlinked while open), "m/ino_hwm" (inode numbers reserved).
 // Every operation is one atomic metadata batch, durable at the next group commit or Fsync.
+//
+// Inode numbers are never handed out twice, across any crash: they come from batches reserved
+// durably (a synced high-water mark) before the first of them is used, so a kernel that still
+// holds a node id from before a crash never meets it again on another file. An operation on an
+// inode number the namespace does not have is Stale (ESTALE), never another file's.
 //
 // Thread safety: all methods may be called concurrently. Metadata changes are serialized by
 // mu_; file data moves outside it (the CTE locks per blob).
@@ -15,6 +20,7 @@
 #include <string>
 #include <utility>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -30,10 +36,32 @@ class KvStore;
 // Largest file size and offset (well inside off_t).
 inline constexpr uint64_t kMaxFileSize = (1ull << 62);
 
+struct NamespaceOptions {
+  uint64_t chunk_size = 1u << 20;  // a power of two, at least 4 KiB
+  // For this many seconds after start (or until the mount reattaches: Reattach with
+  // `complete`) orphans (files and directories unlinked while open) are kept for clients that
+  // held them open across the restart and re-declare their opens, and an unlink of a last
+  // name keeps the data as an orphan too (its holder may not have re-declared yet). Then the
+  // unclaimed ones are removed. 0: orphans go at start.
+  uint32_t orphan_reclaim_s = 30;
+  // Inode numbers reserved by one synced commit (tests use small batches to cross them).
+  uint64_t inode_batch = 1u << 16;
+};
+
+// One node a client's kernel holds, and how many opens (files and directories) it has on it.
+struct NodeClaim {
+  uint64_t ino = 0;
+  uint32_t opens = 0;
+};
+
 class Namespace {
  public:
-  // Creates the root directory on first use and removes orphans left by an earlier run.
-  static Result<std::unique_ptr<Namespace>> Open(KvStore* kv, Cte* cte, uint64_t chunk_size);
+  // Creates the root directory on first use, reserves a new batch of inode numbers past every
+  // number an earlier run may have handed out, removes blobs of inodes that do not exist, and
+  // keeps orphans left by an earlier run for the reclaim window (removes them at once when it
+  // is 0). A damaged or foreign high-water mark is repaired from the inodes, logged.
+  static Result<std::unique_ptr<Namespace>> Open(KvStore* kv, Cte* cte, const NamespaceOptions& options);
+  ~Namespace();
 
   Result<InodeAttr> Lookup(uint64_t parent, std::string_view name);
   Result<InodeAttr> GetAttr(uint64_t ino);
@@ -99,6 +127,26 @@ class Namespace {
 
   uint64_t chunk_size() const { return chunk_size_; }
 
+  // A random number of this Open: a client that reconnects compares it to tell a restart.
+  uint64_t incarnation() const { return incarnation_; }
+  // Inode numbers below this one may have been handed out (by this run or an earlier one).
+  uint64_t inode_high_water() EXCLUDES(mu_);
+
+  // The mount (at its start, and after a runtime restart) declares the nodes its kernel holds
+  // and its opens on each, in one or more parts: the mount declares every open it holds, with
+  // none in flight, and there is one mount per runtime. `begin` (the first part) drops every
+  // open count first (those of a mount that went away with its opens); each claim then sets
+  // its node's count, so an orphan it holds outlives the reclaim window and its last close
+  // removes it. `complete` (the last part) ends the reclaim window: unclaimed orphans go.
+  // Returns, per claim, whether the node exists here.
+  Result<std::vector<bool>> Reattach(const std::vector<NodeClaim>& claims, bool begin, bool complete)
+      EXCLUDES(mu_);
+  // Whether orphans found at start are still kept for their holders to reclaim.
+  bool reclaiming() EXCLUDES(mu_);
+  // Ends the reclaim window now (its thread does at orphan_reclaim_s): removes the data of
+  // every orphan nobody has open; from then on a last close or unlink removes one at once.
+  Status EndReclaimWindow() EXCLUDES(mu_);
+
   // Request records (docs/namespace.md): while a RequestRecord lives on a thread, the first
   // batch the namespace commits on that thread also records the request (client, id), in the
   // same atomic batch as the request's effect. A resend after a broken connection (a runtime
@@ -124,11 +172,22 @@ class Namespace {
   Status Commit(KvBatch b);
   // Drops request records older than an hour (at Open).
   Status ExpireRequestRecords();
-  Namespace(KvStore* kv, Cte* cte, uint64_t chunk_size) : kv_(kv), cte_(cte), chunk_size_(chunk_size) {}
-  // Finishes work a stop or crash interrupted: data of unlinked files, pending truncations.
-  Status RemoveOrphans();
-  // Deletes a file's blobs, then its inode, orphan and truncate keys.
+  Namespace(KvStore* kv, Cte* cte, const NamespaceOptions& o);
+  // At Open: the next inode number and a newly reserved, synced high-water mark past every
+  // number handed out before; blobs of tags with no inode are removed.
+  Status RecoverInodes() REQUIRES(mu_);
+  // Reserves the next batch of inode numbers durably (a synced commit) once the last is used.
+  Status ReserveInodes() REQUIRES(mu_);
+  // Finishes truncations a stop or crash interrupted.
+  Status FinishPendingTruncations();
+  // Ends the reclaim window after orphan_reclaim_s (a thread of its own).
+  void ReclaimerLoop();
+  // Removes a file nobody holds: its inode, orphan, truncate and xattr keys first (from then
+  // on the number is Stale), then its blobs (a crash in between leaves blobs of a number with
+  // no inode, which the next start removes).
   Status DeleteFileData(uint64_t ino);
+  // The key half of DeleteFileData, committed.
+  Status DeleteFileKeys(uint64_t ino);
   Status FinishTruncate(uint64_t ino, uint64_t size);
   Result<InodeAttr> LoadInode(uint64_t ino);
   Result<InodeAttr> LoadDir(uint64_t ino);
@@ -153,10 +212,21 @@ class Namespace {
   KvStore* const kv_;
   Cte* const cte_;
   const uint64_t chunk_size_;
+  const uint32_t orphan_reclaim_s_;
+  const uint64_t inode_batch_;
+  const uint64_t incarnation_;
 
   Mutex mu_;
   uint64_t next_ino_ GUARDED_BY(mu_) = kRootIno + 1;
+  uint64_t ino_hwm_ GUARDED_BY(mu_) = kRootIno + 1;  // reserved, durable: next_ino_ < ino_hwm_ to use
   std::map<uint64_t, uint32_t> open_counts_ GUARDED_BY(mu_);
+  // Orphans are kept for their holders (NamespaceOptions::orphan_reclaim_s); set at Open.
+  bool reclaiming_ GUARDED_BY(mu_) = false;
+
+  Mutex reclaim_mu_;  // after mu_ in the lock order
+  CondVar reclaim_cv_;
+  bool closing_ GUARDED_BY(reclaim_mu_) = false;
+  std::thread reclaimer_;
 };
 
 // Name checks shared by every operation that creates a name.

@@ -7,8 +7,12 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <sstream>
 
 #include "common/codec.h"
 #include "fs/namespace.h"
@@ -138,7 +142,7 @@ TEST_CASE("rename: within and across directories, replace, noreplace, no cycles"
   CHECK(f.List(a->ino).empty());
   CHECK(f.ns->Lookup(b->ino, "y")->ino == x);
   CHECK(*f.ns->Read(x, 0, 5) == "xdata");
-  CHECK(f.ns->GetAttr(y).status().code() == Code::kNotFound);  // replaced file is gone
+  CHECK(f.ns->GetAttr(y).status().code() == Code::kStale);  // replaced file is gone
   // Directory moves update nlink and refuse cycles.
   auto sub = f.ns->Mkdir(a->ino, "sub", 0755, 0, 0);
   REQUIRE(sub.ok());
@@ -219,7 +223,7 @@ TEST_CASE("a file unlinked while open keeps its data until release") {
   CHECK(f.ns->Lookup(kRootIno, "open").status().code() == Code::kNotFound);
   CHECK(*f.ns->Read(a->ino, 0, 10) == "still here");
   REQUIRE(f.ns->Release(a->ino).ok());
-  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kStale);
   CHECK(f.cte->ListBlobs(a->ino)->empty());
 }
 
@@ -230,7 +234,7 @@ TEST_CASE("orphans left by a previous run are removed at start") {
   REQUIRE(f.ns->Write(a->ino, 0, "bytes").ok());
   REQUIRE(f.ns->Unlink(kRootIno, "orphan").ok());
   f.Restart();  // never released
-  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kStale);
   CHECK(f.cte->ListBlobs(a->ino)->empty());
 }
 
@@ -259,7 +263,7 @@ TEST_CASE("unlink leaves no orphan record once the data is gone") {
   REQUIRE(f.ns->Unlink(kRootIno, "gone").ok());
   CHECK(f.cte->ListBlobs(ino)->empty());
   CHECK(f.kv->Scan("o/", "", 0)->empty());
-  CHECK(f.ns->GetAttr(ino).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(ino).status().code() == Code::kStale);
 }
 
 TEST_CASE("a truncation interrupted before its blobs were clipped is finished at start") {
@@ -365,7 +369,7 @@ TEST_CASE("hard links share the inode; the data lives until the last name goes")
   CHECK(f.ns->GetAttr(ino)->nlink == 1);
   CHECK(*f.ns->Read(ino, 0, 6) == "shared");
   REQUIRE(f.ns->Unlink(d->ino, "alias").ok());
-  CHECK(f.ns->GetAttr(ino).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(ino).status().code() == Code::kStale);
   CHECK(f.cte->ListBlobs(ino)->empty());
 }
 
@@ -467,7 +471,7 @@ TEST_CASE("a directory removed while open keeps its inode, with no links, until 
   CHECK(f.ns->ReadDir(d->ino, "", 0)->empty());
   CHECK(f.ns->Create(d->ino, "x", 0644, 0, 0).status().code() == Code::kNotFound);
   REQUIRE(f.ns->Release(d->ino).ok());
-  CHECK(f.ns->GetAttr(d->ino).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(d->ino).status().code() == Code::kStale);
   CHECK(f.kv->Scan("o/", "", 0)->empty());
 }
 
@@ -536,7 +540,7 @@ TEST_CASE("a directory replaced by rename while open survives as an orphan; remo
   CHECK(f.ns->Link(file, b->ino, "x").status().code() == Code::kNotFound);
   CHECK(f.ns->Rename(kRootIno, "f", b->ino, "x", 0).code() == Code::kNotFound);
   REQUIRE(f.ns->Release(b->ino).ok());
-  CHECK(f.ns->GetAttr(b->ino).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(b->ino).status().code() == Code::kStale);
 }
 
 TEST_CASE("stored bytes count data, not holes, through writes, punches and truncation") {
@@ -589,7 +593,7 @@ TEST_CASE("unlink says when the inode is gone: last name and not open") {
   const uint64_t b = f.Create(kRootIno, "b");
   REQUIRE(f.ns->Unlink(kRootIno, "b", &gone).ok());
   CHECK(gone == b);
-  CHECK(f.ns->GetAttr(b).status().code() == Code::kNotFound);
+  CHECK(f.ns->GetAttr(b).status().code() == Code::kStale);
 }
 
 TEST_CASE("locate lists each chunk's copies: dirty on RAM, clean on the file tier after fsync") {
@@ -643,9 +647,223 @@ TEST_CASE("locate lists each chunk's copies: dirty on RAM, clean on the file tie
     CHECK(DecodeFileLocation(std::string_view(wire).substr(0, cut)).status().code() == Code::kCorruption);
 
   CHECK(f.ns->Locate(kRootIno).status().code() == Code::kIsDirectory);
-  CHECK(f.ns->Locate(ino + 1000).status().code() == Code::kNotFound);
+  CHECK(f.ns->Locate(ino + 1000).status().code() == Code::kStale);
   const uint64_t empty = f.Create(kRootIno, "empty");
   loc = f.ns->Locate(empty);
   REQUIRE(loc.ok());
   CHECK(loc->chunks.empty());
+}
+
+TEST_CASE("a crash never hands a lost inode number out again; the lost number is Stale and takes no bytes") {
+  NsFixture f;
+  f.commit_interval_ms = 3600 * 1000;  // nothing commits but what a sync commits
+  f.Restart();
+  const std::string said = f.CrashAfter([](NsFixture& c) -> std::string {
+    auto synced = c.ns->Create(kRootIno, "synced", 0644, 0, 0);
+    if (!synced.ok()) throw synced.status().ToString();
+    if (!c.ns->Write(synced->ino, 0, std::string(3000, 's')).ok() || !c.ns->Fsync(synced->ino).ok())
+      throw std::string("writing and syncing 'synced'");
+    auto lost = c.ns->Create(kRootIno, "lost", 0644, 0, 0);  // never committed
+    if (!lost.ok()) throw lost.status().ToString();
+    if (!c.ns->Write(lost->ino, 0, std::string(5000, 'x')).ok()) throw std::string("writing 'lost'");
+    return std::to_string(synced->ino) + " " + std::to_string(lost->ino);
+  });
+  uint64_t synced = 0, lost = 0;
+  REQUIRE(std::sscanf(said.c_str(), "%" SCNu64 " %" SCNu64, &synced, &lost) == 2);
+  auto s = f.ns->Lookup(kRootIno, "synced");
+  REQUIRE(s.ok());
+  CHECK(s->ino == synced);
+  CHECK(s->size == 3000);
+  CHECK(f.ns->Lookup(kRootIno, "lost").status().code() == Code::kNotFound);
+  // A kernel that kept the lost node id (a live mount) asks about it and writes its page back.
+  CHECK(f.ns->GetAttr(lost).status().code() == Code::kStale);
+  CHECK(f.ns->Write(lost, 0, std::string(4096, 'x')).status().code() == Code::kStale);
+  CHECK(f.ns->Lookup(lost, "child").status().code() == Code::kStale);  // a directory the kernel kept
+  CHECK(f.ns->Create(lost, "child", 0644, 0, 0).status().code() == Code::kStale);
+  SetAttrRequest grow;
+  grow.valid = kSetSize;
+  grow.size = 5000;
+  CHECK(f.ns->SetAttr(lost, grow).status().code() == Code::kStale);
+  CHECK(f.cte->ListBlobs(lost)->empty());  // the refused write stored nothing
+  // A new file gets a number past everything handed out before the crash, and inherits nothing.
+  auto kept = f.ns->Create(kRootIno, "kept", 0644, 0, 0);
+  REQUIRE(kept.ok());
+  CHECK(kept->ino > lost);
+  REQUIRE(f.ns->Write(kept->ino, 0, std::string(3000, 'y')).ok());
+  REQUIRE(f.ns->Fsync(kept->ino).ok());
+  REQUIRE(f.ns->Release(kept->ino).ok());
+  f.Restart();
+  auto k = f.ns->Lookup(kRootIno, "kept");
+  REQUIRE(k.ok());
+  CHECK(k->size == 3000);
+  CHECK(*f.ns->Read(k->ino, 0, 8192) == std::string(3000, 'y'));
+}
+
+TEST_CASE("a damaged, foreign or format-3 inode mark is rebuilt above every inode") {
+  NsFixture f;
+  uint64_t highest = f.Create(kRootIno, "a");
+  auto restart_with = [&](const char* what, const std::optional<std::string>& hwm,
+                          const std::optional<uint64_t>& legacy_next) {
+    INFO(what);
+    KvBatch b;
+    if (hwm) b.Put("m/ino_hwm", *hwm);
+    else b.Delete("m/ino_hwm");
+    if (legacy_next) {
+      Encoder e;
+      e.Put<uint64_t>(*legacy_next);
+      b.Put("m/next_ino", e.Take());
+    }
+    REQUIRE(f.kv->Apply(std::move(b)).ok());
+    REQUIRE(f.kv->Sync().ok());
+    f.Restart();
+    // What a format-3 runtime would read after a downgrade: the mark, past every number.
+    auto legacy = f.kv->Get("m/next_ino");
+    REQUIRE((legacy.ok() && legacy->has_value()));
+    Decoder d(**legacy);
+    uint64_t next = 0;
+    REQUIRE(d.Get(&next));
+    CHECK(next == f.ns->inode_high_water());
+    const uint64_t ino = f.Create(kRootIno, what);
+    CHECK(ino > highest);
+    highest = ino;
+  };
+  restart_with("garbage", std::string("\x07garbage"), std::nullopt);
+  Encoder low;
+  low.Put<uint8_t>(1).Put<uint64_t>(2);
+  restart_with("below the highest inode", low.Take(), std::nullopt);
+  Encoder past;
+  past.Put<uint8_t>(1).Put<uint64_t>(~uint64_t{0});
+  restart_with("past the largest number", past.Take(), std::nullopt);
+  restart_with("format 3, behind", std::nullopt, uint64_t{3});
+}
+
+TEST_CASE("blobs of an inode number with no inode are removed at start") {
+  NsFixture f;
+  const uint64_t file = f.Create(kRootIno, "file");
+  REQUIRE(f.ns->Write(file, 0, "file bytes").ok());
+  REQUIRE(f.ns->Fsync(file).ok());
+  const uint64_t stray = file + 12345;
+  REQUIRE(f.cte->PutBlob(stray, 0, 0, "bytes of nobody").ok());
+  REQUIRE(f.cte->PutBlob(stray, 3, 0, "more").ok());
+  REQUIRE(f.cte->FlushTag(stray).ok());
+  REQUIRE(f.kv->Sync().ok());
+  f.Restart();
+  CHECK(f.cte->ListBlobs(stray)->empty());
+  CHECK(*f.ns->Read(file, 0, 100) == "file bytes");
+}
+
+TEST_CASE("orphans outlive a restart for the reclaim window; claimed ones live until their last release") {
+  NsFixture f(0, /*open=*/false);
+  f.options.orphan_reclaim_s = 3600;
+  f.Open();
+  auto held = f.ns->Create(kRootIno, "held", 0644, 0, 0);
+  auto unclaimed = f.ns->Create(kRootIno, "unclaimed", 0644, 0, 0);
+  REQUIRE((held.ok() && unclaimed.ok()));
+  REQUIRE(f.ns->Write(held->ino, 0, "held bytes").ok());
+  REQUIRE(f.ns->Write(unclaimed->ino, 0, "gone bytes").ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "held").ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "unclaimed").ok());
+  f.Restart();  // both open when the runtime stopped: orphans, their open counts gone
+  CHECK(f.ns->reclaiming());
+  CHECK(*f.ns->Read(held->ino, 0, 100) == "held bytes");
+  CHECK(*f.ns->Read(unclaimed->ino, 0, 100) == "gone bytes");
+  auto exists = f.ns->Reattach({{held->ino, 2}, {unclaimed->ino, 0}, {held->ino + 999999, 1}}, /*begin=*/true,
+                               /*complete=*/false);
+  REQUIRE(exists.ok());
+  CHECK(*exists == std::vector<bool>{true, true, false});
+  // Within the window, the last name of a file nobody declared open may still be held by a
+  // client that has not reattached: it is kept too.
+  const uint64_t late = f.Create(kRootIno, "late");
+  REQUIRE(f.ns->Write(late, 0, "late bytes").ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "late").ok());
+  CHECK(*f.ns->Read(late, 0, 100) == "late bytes");
+  REQUIRE(f.ns->EndReclaimWindow().ok());
+  CHECK(!f.ns->reclaiming());
+  CHECK(f.ns->GetAttr(unclaimed->ino).status().code() == Code::kStale);
+  CHECK(f.cte->ListBlobs(unclaimed->ino)->empty());
+  CHECK(f.ns->GetAttr(late).status().code() == Code::kStale);
+  // The claimed orphan lives until its two declared opens are released.
+  REQUIRE(f.ns->Write(held->ino, 10, " and more").ok());
+  CHECK(*f.ns->Read(held->ino, 0, 100) == "held bytes and more");
+  REQUIRE(f.ns->Release(held->ino).ok());
+  CHECK(f.ns->GetAttr(held->ino).ok());
+  REQUIRE(f.ns->Release(held->ino).ok());
+  CHECK(f.ns->GetAttr(held->ino).status().code() == Code::kStale);
+  CHECK(f.cte->ListBlobs(held->ino)->empty());
+  // After the window an unlink of a closed file removes it at once, as before.
+  const uint64_t after = f.Create(kRootIno, "after");
+  REQUIRE(f.ns->Unlink(kRootIno, "after").ok());
+  CHECK(f.ns->GetAttr(after).status().code() == Code::kStale);
+}
+
+TEST_CASE("a complete reattach ends the reclaim window; without it the window is on at every start") {
+  NsFixture f(0, /*open=*/false);
+  f.options.orphan_reclaim_s = 3600;
+  f.Open();
+  // No orphan at start, yet the window is on: a file open across the restart and unlinked
+  // before its holder reattached must keep its data.
+  CHECK(f.ns->reclaiming());
+  auto a = f.ns->Create(kRootIno, "open_across", 0644, 0, 0);
+  REQUIRE(a.ok());
+  REQUIRE(f.ns->Write(a->ino, 0, "still here").ok());
+  f.Restart();  // the count of its open is gone with the runtime
+  REQUIRE(f.ns->Unlink(kRootIno, "open_across").ok());
+  CHECK(*f.ns->Read(a->ino, 0, 100) == "still here");
+  const uint64_t b = f.Create(kRootIno, "b");
+  auto exists = f.ns->Reattach({{a->ino, 1}, {b, 0}}, /*begin=*/true, /*complete=*/true);
+  REQUIRE(exists.ok());
+  CHECK(*exists == std::vector<bool>{true, true});
+  CHECK(!f.ns->reclaiming());
+  CHECK(*f.ns->Read(a->ino, 0, 100) == "still here");
+  REQUIRE(f.ns->Release(a->ino).ok());
+  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kStale);
+}
+
+TEST_CASE("a new mount's declaration drops the opens of a mount that went away") {
+  NsFixture f;
+  auto a = f.ns->Create(kRootIno, "held_by_a_dead_mount", 0644, 0, 0);  // open, never released
+  REQUIRE(a.ok());
+  REQUIRE(f.ns->Write(a->ino, 0, "bytes").ok());
+  REQUIRE(f.ns->Unlink(kRootIno, "held_by_a_dead_mount").ok());
+  CHECK(f.ns->GetAttr(a->ino).ok());  // an orphan while its open lasts
+  auto exists = f.ns->Reattach({}, /*begin=*/true, /*complete=*/true);  // the new mount holds nothing
+  REQUIRE(exists.ok());
+  CHECK(f.ns->GetAttr(a->ino).status().code() == Code::kStale);
+  CHECK(f.cte->ListBlobs(a->ino)->empty());
+}
+
+TEST_CASE("crashes across inode batches never hand a number out twice") {
+  NsFixture f(0, /*open=*/false);
+  f.options.inode_batch = 3;
+  f.commit_interval_ms = 3600 * 1000;
+  f.Open();
+  std::vector<uint64_t> seen;
+  for (int round = 0; round < 4; ++round) {
+    const std::string said = f.CrashAfter([round](NsFixture& c) -> std::string {
+      std::string out;
+      for (int i = 0; i < 7; ++i) {  // more than two batches, none of it committed
+        auto a = c.ns->Create(kRootIno, "r" + std::to_string(round) + "_" + std::to_string(i), 0644, 0, 0);
+        if (!a.ok()) throw a.status().ToString();
+        out += std::to_string(a->ino) + " ";
+      }
+      return out;
+    });
+    std::istringstream in(said);
+    for (uint64_t ino; in >> ino;) {
+      for (uint64_t before : seen) CHECK(ino != before);
+      seen.push_back(ino);
+    }
+  }
+  CHECK(seen.size() == 28);
+  const uint64_t now = f.Create(kRootIno, "after");
+  for (uint64_t before : seen) CHECK(now != before);
+}
+
+TEST_CASE("the incarnation differs at each start; the inode mark only grows") {
+  NsFixture f;
+  const uint64_t first = f.ns->incarnation();
+  const uint64_t hwm = f.ns->inode_high_water();
+  f.Restart();
+  CHECK(f.ns->incarnation() != first);
+  CHECK(f.ns->inode_high_water() > hwm);
 }

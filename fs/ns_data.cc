@@ -103,7 +103,7 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
   if (!v) {
     // Unlinked and released while this write was in flight: drop what it stored.
     (void)cte_->DelTag(ino);
-    return NotFound("file was removed during the write");
+    return Status(Code::kStale, "inode " + Hex(ino) + " was removed during the write");
   }
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
   a.size = std::max<uint64_t>(a.size, offset + done);
@@ -185,7 +185,7 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
   if (!punch && keep) return Status::Ok();
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) return NotFound("file was removed");
+  if (!v) return NoInode(ino);
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
   if (!keep) a.size = std::max(a.size, offset + len);
   AddStored(&a, stored_delta);

@@ -14,7 +14,22 @@ namespace clio::ns {
 // Version 2 added rdev after parent, version 3 the stored byte count after rdev; records of
 // versions 1 and 2 are still read (rdev and stored read as 0).
 constexpr uint8_t kInodeVersion = 3;
-constexpr std::string_view kNextInoKey = "m/next_ino";
+// The inode numbers reserved: every number handed out is below it. u8 version (1), u64 mark.
+constexpr std::string_view kInoHwmKey = "m/ino_hwm";
+constexpr uint8_t kInoHwmVersion = 1;
+// Format 3 and before: the next inode number, committed with each create (so a crash could
+// roll it back). Read once to start the high-water mark, then deleted.
+constexpr std::string_view kLegacyNextInoKey = "m/next_ino";
+// Inode numbers reserved at a time; each reservation is one synced commit.
+constexpr uint64_t kInoBatch = 1u << 16;
+// The largest inode number handed out; a high-water mark past it is refused as damaged.
+constexpr uint64_t kMaxIno = 1ull << 62;
+
+inline std::string EncodeInoHwm(uint64_t hwm) {
+  Encoder e;
+  e.Put<uint8_t>(kInoHwmVersion).Put<uint64_t>(hwm);
+  return e.Take();
+}
 
 inline std::string InodeKey(uint64_t ino) {
   std::string k = "i/";
@@ -100,5 +115,12 @@ inline int64_t NowNs() {
 }
 
 inline std::string Hex(uint64_t v) { return std::to_string(v); }
+
+// An operation on an inode number the namespace does not have: the file was removed, or its
+// creation was lost in a crash while a client (a kernel) kept the number. Stale (ESTALE), so
+// the kernel looks the path up again rather than taking it as "no such name".
+inline Status NoInode(uint64_t ino) {
+  return Status(Code::kStale, "no inode " + Hex(ino) + " (removed, or its creation was lost in a crash)");
+}
 
 }  // namespace clio::ns

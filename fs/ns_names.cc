@@ -17,14 +17,20 @@ namespace clio {
 
 using namespace ns;  // keys and encodings of this module
 
-Status Namespace::DeleteFileData(uint64_t ino) {
-  CLIO_RETURN_IF_ERROR(cte_->DelTag(ino));
+Status Namespace::DeleteFileKeys(uint64_t ino) {
   KvBatch b;
   CLIO_RETURN_IF_ERROR(DeleteXattrs(ino, &b));
   b.Delete(InodeKey(ino));
   b.Delete(OrphanKey(ino));
   b.Delete(TruncateKey(ino));
   return Commit(std::move(b));
+}
+
+Status Namespace::DeleteFileData(uint64_t ino) {
+  CLIO_RETURN_IF_ERROR(DeleteFileKeys(ino));
+  // A write that loaded the inode before the keys went stores nothing past this point: it
+  // finds the inode gone when it updates the size, and removes what it stored.
+  return cte_->DelTag(ino);
 }
 
 
@@ -41,11 +47,13 @@ Status Namespace::DropLink(InodeAttr victim, KvBatch* batch, bool* delete_data) 
   }
   // The last name is gone. The inode becomes an orphan in the same batch, so its data is
   // deleted even if the runtime stops before DeleteFileData() finishes. A file still open
-  // stays readable until the last Release() (or the next start).
+  // stays readable until the last Release() (or, unclaimed, the reclaim window after a
+  // restart). Within that window a file nobody has declared open may still be held by a
+  // client that has not reattached yet: it stays an orphan too.
   batch->Put(InodeKey(victim.ino), EncodeInode(victim, {}));
   batch->Put(OrphanKey(victim.ino), "");
   auto it = open_counts_.find(victim.ino);
-  *delete_data = !(it != open_counts_.end() && it->second > 0);
+  *delete_data = !(it != open_counts_.end() && it->second > 0) && !reclaiming_;
   return Status::Ok();
 }
 
@@ -70,8 +78,8 @@ Status Namespace::Unlink(uint64_t parent, std::string_view name, uint64_t* delet
     if (parent_attr != nullptr) *parent_attr = dir;
   }
   if (deleted_ino != nullptr) *deleted_ino = drop_data;
-  // The name is gone atomically; the data goes after (a crash in between leaves blobs of a
-  // deleted inode, which are unreachable and read by nobody).
+  // The name is gone atomically; the inode and data go after (a crash in between leaves an
+  // orphan, removed at the next start).
   return drop_data ? DeleteFileData(drop_data) : Status::Ok();
 }
 
@@ -83,10 +91,11 @@ Status Namespace::IsEmptyDir(uint64_t ino) {
 
 Status Namespace::DropEmptyDir(InodeAttr victim, KvBatch* b) {
   auto open = open_counts_.find(victim.ino);
-  if (open != open_counts_.end() && open->second > 0) {
-    // Still open (opendir'd): it lives on, empty and with no links, as an orphan until the
-    // last Release(), so fstat on that descriptor keeps working. (A process's working
-    // directory holds no open with FUSE, so that case is not covered.)
+  if ((open != open_counts_.end() && open->second > 0) || reclaiming_) {
+    // Still open (opendir'd, or maybe by a client that has not reattached after a restart):
+    // it lives on, empty and with no links, as an orphan until the last Release(), so fstat
+    // on that descriptor keeps working. (A process's working directory holds no open with
+    // FUSE, so that case is not covered.)
     victim.nlink = 0;
     victim.ctime_ns = NowNs();
     b->Put(InodeKey(victim.ino), EncodeInode(victim, {}));
@@ -259,7 +268,7 @@ Result<InodeAttr> Namespace::Link(uint64_t ino, uint64_t new_parent, std::string
   CLIO_RETURN_IF_ERROR(ValidateName(new_name));
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
-  if (!v) return NotFound("no inode " + Hex(ino));
+  if (!v) return NoInode(ino);
   std::string target;
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
   if (S_ISDIR(a.mode)) return Status(Code::kNotPermitted, "hard links to directories are not allowed");

@@ -35,7 +35,7 @@ Status Namespace::SetXattr(uint64_t ino, std::string_view name, std::string_view
   if (flags & ~static_cast<uint32_t>(XATTR_CREATE | XATTR_REPLACE)) return InvalidArgument("unknown setxattr flags");
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(auto iv, kv_->Get(InodeKey(ino)));
-  if (!iv) return NotFound("no inode " + Hex(ino));
+  if (!iv) return NoInode(ino);
   std::string target;
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*iv, &target));
   std::string key = XattrPrefix(ino) + std::string(name);
@@ -75,7 +75,7 @@ Status Namespace::RemoveXattr(uint64_t ino, std::string_view name) {
   CLIO_RETURN_IF_ERROR(ValidateXattrName(name));
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(auto iv, kv_->Get(InodeKey(ino)));
-  if (!iv) return NotFound("no inode " + Hex(ino));
+  if (!iv) return NoInode(ino);
   std::string target;
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*iv, &target));
   std::string key = XattrPrefix(ino) + std::string(name);

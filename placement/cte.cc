@@ -103,6 +103,7 @@ Status Cte::Recover() {
   CLIO_ASSIGN_OR_RETURN(auto known, KnownTiers());
   const TierSnapshot tiers = Tiers();
   std::map<uint64_t, ExtentList> referenced;
+  std::vector<uint64_t> tags;  // ascending: the keys are in (tag, blob) order
   uint64_t dropped = 0, entries = 0;
   std::string after;
   while (true) {
@@ -110,6 +111,12 @@ Status Cte::Recover() {
     KvBatch batch;
     for (auto& [key, value] : page) {
       ++entries;
+      uint64_t tag = 0, blob = 0;
+      if (!ParseBlobKey(key, &tag, &blob)) {
+        CLIO_LOG_WARN("blob index key of {} bytes does not parse; left alone", key.size());
+      } else if (tags.empty() || tags.back() != tag) {
+        tags.push_back(tag);
+      }
       auto e = DecodeBlobEntry(value);
       if (!e.ok()) return e.status().WithContext("blob index key of " + std::to_string(key.size()) + " bytes");
       BlobEntry kept;
@@ -155,7 +162,16 @@ Status Cte::Recover() {
     if (!s.ok()) return s.WithContext("compacting the allocator log of tier '" + t.name + "'");
   }
   CLIO_LOG_INFO("blob index: {} entries, {} volatile copies dropped at start", entries, dropped);
+  {
+    MutexLock l(&start_tags_mu_);
+    start_tags_ = std::move(tags);
+  }
   return kv_->Sync();
+}
+
+std::vector<uint64_t> Cte::TakeStartTags() {
+  MutexLock l(&start_tags_mu_);
+  return std::exchange(start_tags_, {});
 }
 
 Cte::Stripe& Cte::StripeFor(uint64_t tag, uint64_t blob) {

@@ -204,6 +204,9 @@ class Cte {
   Result<std::vector<uint64_t>> ListBlobs(uint64_t tag);
   // Removes every blob of the tag.
   Status DelTag(uint64_t tag);
+  // The tags the blob index held at Open(), ascending, once (later calls get none): the
+  // filesystem checks that each names a file that exists.
+  std::vector<uint64_t> TakeStartTags() EXCLUDES(start_tags_mu_);
   // Copies every dirty blob of the tag to a persistent tier. The caller then makes the index
   // durable with KvStore::Sync(). Returns (and clears) an earlier background flush failure of
   // this tag, so fsync reports it.
@@ -501,6 +504,8 @@ class Cte {
   std::thread drain_resumer_ GUARDED_BY(resume_mu_);
   // Written by drain_resumer_ only; read after joining it (the join orders the write first).
   Status resumed_drains_;
+  Mutex start_tags_mu_;
+  std::vector<uint64_t> start_tags_ GUARDED_BY(start_tags_mu_);  // filled by Recover()
   // What the KV store's commit thread may touch of this CTE: the pre-commit hook and deferred
   // frees outlive the Cte object (the store closes after the pools), so they go through this
   // shared state and do nothing once the tiers are closed.

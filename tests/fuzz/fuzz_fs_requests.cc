@@ -42,7 +42,7 @@ struct World {
     file.score = 0.2;
     c.tiers = {ram, file};
     cte = std::move(clio::Cte::Open(c, kv.get())).value();
-    auto ns = std::move(clio::Namespace::Open(kv.get(), cte.get(), 1u << 20)).value();
+    auto ns = std::move(clio::Namespace::Open(kv.get(), cte.get(), {.chunk_size = 1u << 20, .orphan_reclaim_s = 0})).value();
     pool = std::make_unique<clio::FsPool>(std::move(ns), kv.get());
   }
   ~World() {
