@@ -2030,6 +2030,13 @@ def scenario_bad_input(env):
     env.confs.append(conf_b)
     _expect_config_refused(env, conf_b, [conf_b, "capacity_limit", "12XB"], "(b) bad size")
 
+    # (b2) a reclaim window past its range (clio_fs orphan_reclaim_s, 0 to 3600 s).
+    text = good.replace('    chunk_size: "1MiB"\n', '    chunk_size: "1MiB"\n    orphan_reclaim_s: 99999\n', 1)
+    check(text != good, "(b2) the config template has no clio_fs chunk_size line to follow")
+    conf_b2 = env.write_config(text, os.path.join(env.T, "bad_reclaim.yaml"))
+    env.confs.append(conf_b2)
+    _expect_config_refused(env, conf_b2, [conf_b2, "orphan_reclaim_s", "3600"], "(b2) bad orphan_reclaim_s")
+
     # (c) missing config file.
     conf_c = os.path.join(env.T, "does_not_exist.yaml")
     _expect_config_refused(env, conf_c, [conf_c], "(c) missing config file")

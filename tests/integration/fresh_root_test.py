@@ -182,19 +182,23 @@ def bad_input(root):
         os.rename(os.path.join(apt, "sources.list.d.saved"), os.path.join(apt, "sources.list.d"))
 
 
-def first_command(root):
-    cp, secs = root.nspawn(FIRST_COMMAND, timeout=2400)
+def phase(root, script, timeout, what):
+    """Runs one of the scripts above in the root; fails naming the step it stopped at."""
+    cp, secs = root.nspawn(script, timeout=timeout)
     check(cp.returncode == 0 and last_step(cp) == "done",
-          f"the README's first command in a fresh root failed at step {last_step(cp)!r}\n" + describe(cp))
-    log(f"sudo scripts/run.sh: built, started and mounted /mnt/clio in {times(cp)['first_command']}s; "
+          f"{what} in a fresh root failed at step {last_step(cp)!r}\n" + describe(cp))
+    return times(cp), secs
+
+
+def first_command(root):
+    t, secs = phase(root, FIRST_COMMAND, 2400, "the README's first command")
+    log(f"sudo scripts/run.sh: built, started and mounted /mnt/clio in {t['first_command']}s; "
         f"a 3,000,001-byte file read back after a remount; stopped (all in {secs:.0f}s)")
 
 
 def test_configure(root):
-    cp, secs = root.nspawn(TEST_CONFIGURE, timeout=1800)
-    check(cp.returncode == 0 and last_step(cp) == "done",
-          f"the test configuration in a fresh root failed at step {last_step(cp)!r}\n" + describe(cp))
-    log(f"scripts/install-deps.sh --tests in {times(cp)['install_tests']}s, then the test configuration "
+    t, secs = phase(root, TEST_CONFIGURE, 1800, "the test configuration")
+    log(f"scripts/install-deps.sh --tests in {t['install_tests']}s, then the test configuration "
         f"configured (all in {secs:.0f}s)")
 
 

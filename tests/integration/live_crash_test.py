@@ -201,6 +201,18 @@ def persistent_used(env):
     return {t["name"]: t["used"] for t in env.tier_stat() if t["persistence"] != "volatile"}
 
 
+def check_tiers_empty_after_restart(env, what):
+    """Unmount, a clean stop and start: the persistent tiers hold nothing (every extent the
+    files had, or lost creates and writes allocated, was freed)."""
+    env.unmount()
+    env.stop_runtime()
+    env.start_runtime()
+    used = persistent_used(env)
+    check(all(v == 0 for v in used.values()), f"{what}, yet the persistent tiers hold bytes: {used}")
+    env.stop_runtime()
+    log(f"{what}: the persistent tiers hold nothing ({used})")
+
+
 def restart(env, how, writer):
     """The crash and the start after it, until the mount has reattached. Returns the monotonic
     time the runtime answered again, and the writer's operations when it had to stop first
@@ -296,13 +308,7 @@ def scenario_loop(env, args, how):
     for name in os.listdir(d):
         os.unlink(os.path.join(d, name))
     fsync_dir(d)
-    env.unmount()
-    env.stop_runtime()
-    env.start_runtime()
-    used = persistent_used(env)
-    check(all(v == 0 for v in used.values()), f"every file is removed, yet the persistent tiers hold bytes: {used}")
-    env.stop_runtime()
-    log(f"all files removed: the persistent tiers hold nothing ({used})")
+    check_tiers_empty_after_restart(env, "every file is removed")
     if args.report:
         print(f"REPORT {how}: {args.cycles} cycles, {args.files} fsynced files a cycle: " + damage.report(), flush=True)
     if args.keep_going and (damage.damaged_fsynced or damage.failed_creates or damage.foreign_bytes):
@@ -446,12 +452,7 @@ def scenario_orphan(env, args):
     # Its last close removed it: nothing on the persistent tiers, now and after a restart.
     wait_until(lambda: all(v == 0 for v in persistent_used(env).values()),
                "the closed orphan's data to leave the persistent tiers", timeout=60)
-    env.unmount()
-    env.stop_runtime()
-    env.start_runtime()
-    used = persistent_used(env)
-    check(all(v == 0 for v in used.values()), f"the closed orphan's data is on the tiers after a restart: {used}")
-    env.stop_runtime()
+    check_tiers_empty_after_restart(env, "the unlinked file is closed")
 
 
 def run(name, args):
