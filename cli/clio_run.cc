@@ -76,6 +76,17 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
     report("cannot create state directory " + cfg.state_dir + ": " + ec.message());
     return 1;
   }
+  {
+    // A live runtime on this socket holds the metadata too: say so now rather than wait for
+    // its lock (which the store waits for only while a killed runtime is still exiting).
+    RuntimeClient::Options o;
+    o.socket_path = cfg.socket_path;
+    o.mode = IpcMode::kUnix;
+    if (::access(cfg.socket_path.c_str(), F_OK) == 0 && RuntimeClient::Connect(o).ok()) {
+      report("another CLIO runtime is already serving on " + cfg.socket_path + " (stop it with 'clio_run stop')");
+      return 1;
+    }
+  }
   KvOptions ko;
   ko.path = cfg.metadata_path;
   ko.commit_interval_ms = cfg.commit_interval_ms;

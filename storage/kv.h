@@ -92,6 +92,10 @@ class KvStore {
 struct KvOptions {
   std::string path;                 // RocksDB directory; created if missing
   uint32_t commit_interval_ms = 2000;
+  // How long Open waits for the store's lock while another process holds it: a runtime killed
+  // a moment ago holds it until its last thread has exited (one blocked in a slow device
+  // call, say). Then it fails naming the lock.
+  uint32_t lock_wait_ms = 30000;
 };
 
 Result<std::unique_ptr<KvStore>> OpenRocksDbKv(const KvOptions& options);

@@ -396,6 +396,19 @@ Result<std::unique_ptr<KvStore>> OpenRocksDbKv(const KvOptions& options) {
   ro.write_buffer_size = kWriteBufferBytes;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(ro, options.path, &raw);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.lock_wait_ms);
+  bool said = false;
+  // Held by another process: a runtime on the same state directory, or one still exiting.
+  while (!s.ok() && s.IsIOError() && s.ToString().find("lock") != std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (!said) {
+      CLIO_LOG_WARN("metadata store {} is locked by another process (a runtime still exiting?); waiting up to {} s",
+                    options.path, options.lock_wait_ms / 1000);
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = rocksdb::DB::Open(ro, options.path, &raw);
+  }
   if (!s.ok()) return FromRocks(s, "open", options.path);
   return std::unique_ptr<KvStore>(
       std::make_unique<RocksDbKv>(options, std::unique_ptr<rocksdb::DB>(raw)));

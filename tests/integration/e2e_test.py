@@ -192,6 +192,16 @@ def pid_alive(pid):
     return state not in ("Z", "X")
 
 
+def process_gone(pid):
+    """True once pid has exited with every thread (reaped, or a zombie leader alone)."""
+    if pid_alive(pid):
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def proc_cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -402,7 +412,9 @@ class Env:
         check(is_clio_run(pid), f"pid {pid} from the pid file is not clio_run: "
                                 f"{proc_cmdline(pid)}")
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not pid_alive(pid), f"runtime pid {pid} to die after SIGKILL")
+        # Gone with all its threads: a zombie leader whose other threads still finish a slow
+        # device call keeps its files (the metadata's lock) until the last one exits.
+        wait_until(lambda: process_gone(pid), f"runtime pid {pid} and its threads to die after SIGKILL")
         log(f"runtime pid {pid} killed with SIGKILL")
 
     # -- mount ---------------------------------------------------------------------------
