@@ -54,8 +54,10 @@ constexpr const char* kOpsHelp = "Filesystem requests by op and outcome (ok or t
 // FUSE asks for at most max_read (1 MiB) at a time; anything far larger is a broken client.
 constexpr uint32_t kMaxReadSize = 4u << 20;
 
-Result<std::string> AttrReply(Result<InodeAttr> a) {
+// An attribute answer, as the client sees it (Namespace::ForClient).
+Result<std::string> AttrReply(Namespace* ns, Result<InodeAttr> a) {
   if (!a.ok()) return a.status();
+  ns->ForClient(&*a);
   Encoder e;
   EncodeAttr(&e, *a);
   return e.Take();
@@ -133,12 +135,12 @@ Result<std::string> FsPool::Replay(FsMethod m, std::string_view payload) {
     case FsMethod::kMknod:
       d.Get(&parent);
       d.GetBytes(&name);
-      return AttrReply(ns_->Lookup(parent, name));
+      return AttrReply(ns_.get(), ns_->Lookup(parent, name));
     case FsMethod::kLink:
       d.Get(&ino);
       d.Get(&parent);
       d.GetBytes(&name);
-      return AttrReply(ns_->Lookup(parent, name));
+      return AttrReply(ns_.get(), ns_->Lookup(parent, name));
     case FsMethod::kUnlink: {
       d.Get(&parent);
       CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(parent));
@@ -181,24 +183,24 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
     case FsMethod::kLookup:
       d.Get(&parent); d.GetBytes(&name);
       CLIO_RETURN_IF_ERROR(done("lookup"));
-      return AttrReply(ns_->Lookup(parent, name));
+      return AttrReply(ns_.get(), ns_->Lookup(parent, name));
     case FsMethod::kGetAttr:
       d.Get(&ino);
       CLIO_RETURN_IF_ERROR(done("getattr"));
-      return AttrReply(ns_->GetAttr(ino));
+      return AttrReply(ns_.get(), ns_->GetAttr(ino));
     case FsMethod::kSetAttr: {
       SetAttrRequest req;
       d.Get(&ino);
       DecodeSetAttr(&d, &req);
       CLIO_RETURN_IF_ERROR(done("setattr"));
-      return AttrReply(ns_->SetAttr(ino, req));
+      return AttrReply(ns_.get(), ns_->SetAttr(ino, req));
     }
     case FsMethod::kCreate:
     case FsMethod::kMkdir:
       d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("create"));
       if (static_cast<FsMethod>(method) == FsMethod::kMkdir) {
-        return AttrReply(ns_->Mkdir(parent, name, mode, uid, gid));
+        return AttrReply(ns_.get(), ns_->Mkdir(parent, name, mode, uid, gid));
       }
       {
         // The new file's attributes, then the directory's as the create left them.
@@ -212,7 +214,7 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
     case FsMethod::kSymlink:
       d.Get(&parent); d.GetBytes(&name); d.GetBytes(&data); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("symlink"));
-      return AttrReply(ns_->Symlink(parent, name, data, uid, gid));
+      return AttrReply(ns_.get(), ns_->Symlink(parent, name, data, uid, gid));
     case FsMethod::kReadlink:
       d.Get(&ino);
       CLIO_RETURN_IF_ERROR(done("readlink"));
@@ -245,6 +247,7 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
         if (dirs.first.ino != 0) {
           EncodeAttr(&e, dirs.first);
           EncodeAttr(&e, dirs.second);
+          ns_->ForClient(&moved);
           EncodeAttr(&e, moved);
         }
         return e.Take();
@@ -255,8 +258,9 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
       CLIO_ASSIGN_OR_RETURN(auto entries, ns_->ReadDir(ino, name, len));
       Encoder e;
       e.Put<uint32_t>(static_cast<uint32_t>(entries.size()));
-      for (const auto& ent : entries) {
+      for (auto& ent : entries) {
         e.PutBytes(ent.name);
+        ns_->ForClient(&ent.attr);
         EncodeAttr(&e, ent.attr);
       }
       return e.Take();
@@ -301,12 +305,12 @@ Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
     case FsMethod::kLink:
       d.Get(&ino); d.Get(&new_parent); d.GetBytes(&new_name);
       CLIO_RETURN_IF_ERROR(done("link"));
-      return AttrReply(ns_->Link(ino, new_parent, new_name));
+      return AttrReply(ns_.get(), ns_->Link(ino, new_parent, new_name));
     case FsMethod::kMknod: {
       uint64_t rdev = 0;
       d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&rdev); d.Get(&uid); d.Get(&gid);
       CLIO_RETURN_IF_ERROR(done("mknod"));
-      return AttrReply(ns_->Mknod(parent, name, mode, rdev, uid, gid));
+      return AttrReply(ns_.get(), ns_->Mknod(parent, name, mode, rdev, uid, gid));
     }
     case FsMethod::kSetXattr:
       d.Get(&ino); d.GetBytes(&name); d.GetBytes(&data); d.Get(&flags);

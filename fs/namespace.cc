@@ -80,6 +80,7 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, const 
   {
     MutexLock l(&ns->mu_);
     CLIO_RETURN_IF_ERROR(ns->RecoverInodes());
+    CLIO_RETURN_IF_ERROR(ns->RestoreKept());
   }
   CLIO_RETURN_IF_ERROR(ns->FinishPendingTruncations());
   if (options.orphan_reclaim_s == 0) {
@@ -382,6 +383,15 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     Encoder e;
     e.Put<uint64_t>(a.size);
     b.Put(TruncateKey(ino), e.Take());
+    // Room fallocate kept past the new end goes with the bytes (as a truncation frees
+    // preallocated blocks past it).
+    const RangeSet kept = KeptOf(ino);
+    if (!kept.empty() && kept.max_end() > a.size) {
+      RangeSet clipped = kept;
+      clipped.ClipTo(a.size);
+      CLIO_RETURN_IF_ERROR(KeepRanges(ino, kept, clipped));
+      SetKept(ino, std::move(clipped), &b);
+    }
   }
   CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   if (shrink) CLIO_RETURN_IF_ERROR(FinishTruncate(ino, a.size));
@@ -540,6 +550,10 @@ Status Namespace::Release(uint64_t ino) {
 FsStatfs Namespace::Statfs() {
   FsStatfs s;
   auto [cap, rem] = cte_->PersistentSpace();
+  // Room fallocate keeps counts as used, as preallocated blocks do: one copy's worth (the
+  // other half is the spare a copy-on-write flush of the range needs, not shown).
+  const uint64_t kept = cte_->KeptRoom() / 2;
+  rem = rem > kept ? rem - kept : 0;
   s.blocks = cap / s.block_size;
   s.blocks_free = rem / s.block_size;
   s.files = 1ull << 40;

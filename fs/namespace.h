@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "fs/fs_protocol.h"
+#include "placement/blob_index.h"
 
 namespace clio {
 
@@ -117,8 +118,15 @@ class Namespace {
   Result<std::string> ListXattr(uint64_t ino);  // names, each followed by a NUL
   Status RemoveXattr(uint64_t ino, std::string_view name);
 
-  // mode 0 (extend the size), FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | KEEP_SIZE.
+  // mode 0 (extend the size), FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | KEEP_SIZE. The first
+  // two keep room on the persistent tiers for the range (Cte::KeepRoom: later writes to it,
+  // and overwrites, never meet ENOSPC; NoSpace when the room is not there), recorded in the
+  // metadata (durable at the next commit, kept again at start); PUNCH_HOLE lets the room of
+  // the range go, and so do a truncation below it and the file's removal.
   Status Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64_t len);
+  // Attributes as a client sees them: a regular file's `stored` (st_blocks) also counts the
+  // room fallocate keeps for bytes not written yet.
+  void ForClient(InodeAttr* a) EXCLUDES(mu_);
 
   // The chunks of a regular file and where their copies are (IsDirectory / InvalidArgument for
   // anything else). A snapshot: the copies may move right after.
@@ -182,12 +190,20 @@ class Namespace {
   Status FinishPendingTruncations();
   // Ends the reclaim window after orphan_reclaim_s (a thread of its own).
   void ReclaimerLoop();
-  // Removes a file nobody holds: its inode, orphan, truncate and xattr keys first (from then
-  // on the number is Stale), then its blobs (a crash in between leaves blobs of a number with
-  // no inode, which the next start removes).
-  Status DeleteFileData(uint64_t ino);
-  // The key half of DeleteFileData, committed.
-  Status DeleteFileKeys(uint64_t ino);
+  // Removes a file nobody holds: its inode, orphan, truncate, xattr and kept-room keys first
+  // (from then on the number is Stale), then its blobs (a crash in between leaves blobs of a
+  // number with no inode, which the next start removes).
+  Status DeleteFileData(uint64_t ino) EXCLUDES(mu_);
+  // The key half of DeleteFileData, committed; the room fallocate kept is let go.
+  Status DeleteFileKeys(uint64_t ino) REQUIRES(mu_);
+  // Room kept by fallocate: sets the CTE's kept room of every chunk that `before` or `after`
+  // touches to what `after` covers of it; on NoSpace puts back what it changed.
+  Status KeepRanges(uint64_t ino, const RangeSet& before, const RangeSet& after) REQUIRES(mu_);
+  // The ranges kept for `ino`, and their record in `b` (deleted when empty).
+  RangeSet KeptOf(uint64_t ino) REQUIRES(mu_);
+  void SetKept(uint64_t ino, RangeSet r, KvBatch* b) REQUIRES(mu_);
+  // At Open: the room recorded under r/ is kept again.
+  Status RestoreKept() REQUIRES(mu_);
   Status FinishTruncate(uint64_t ino, uint64_t size);
   Result<InodeAttr> LoadInode(uint64_t ino);
   Result<InodeAttr> LoadDir(uint64_t ino);
@@ -220,6 +236,7 @@ class Namespace {
   uint64_t next_ino_ GUARDED_BY(mu_) = kRootIno + 1;
   uint64_t ino_hwm_ GUARDED_BY(mu_) = kRootIno + 1;  // reserved, durable: next_ino_ < ino_hwm_ to use
   std::map<uint64_t, uint32_t> open_counts_ GUARDED_BY(mu_);
+  std::map<uint64_t, RangeSet> kept_ GUARDED_BY(mu_);  // fallocate's ranges, by inode
   // Orphans are kept for their holders (NamespaceOptions::orphan_reclaim_s); set at Open.
   bool reclaiming_ GUARDED_BY(mu_) = false;
 

@@ -422,6 +422,98 @@ TEST_CASE("RENAME_EXCHANGE swaps two names atomically, across directories too") 
   CHECK(f.ns->Rename(kRootIno, "file", sub->ino, "inner", RENAME_EXCHANGE).code() == Code::kInvalidArgument);
 }
 
+namespace {
+
+// Writes 1 MiB pieces to `ino` from `from` until the tiers refuse one; returns the bytes
+// written. Fsyncs now and then so the RAM tier keeps draining into the file tier.
+uint64_t FillUntilFull(NsFixture& f, uint64_t ino, uint64_t from) {
+  const std::string piece(1u << 20, 'f');
+  uint64_t done = 0;
+  while (true) {
+    auto w = f.ns->Write(ino, from + done, piece);
+    if (!w.ok()) {
+      REQUIRE(w.status().code() == Code::kNoSpace);
+      break;
+    }
+    done += *w;
+    if (*w < piece.size()) break;
+    if ((done >> 20) % 8 == 0) REQUIRE(f.ns->Fsync(ino).ok());
+  }
+  REQUIRE(f.ns->Fsync(ino).ok());
+  return done;
+}
+
+uint64_t Blocks(NsFixture& f, uint64_t ino) {
+  auto a = f.ns->GetAttr(ino);
+  REQUIRE(a.ok());
+  InodeAttr c = *a;
+  f.ns->ForClient(&c);
+  return c.stored;
+}
+
+}  // namespace
+
+TEST_CASE("fallocate keeps room: writes and overwrites of the range never meet ENOSPC") {
+  constexpr uint64_t kMiB = 1u << 20;
+  NsFixture f;  // 16 MiB RAM + 128 MiB file
+  const uint64_t pre = f.Create(kRootIno, "prealloc");
+  REQUIRE(f.ns->Fallocate(pre, FALLOC_FL_KEEP_SIZE, 0, 24 * kMiB).ok());
+  CHECK(f.ns->GetAttr(pre)->size == 0);
+  CHECK(Blocks(f, pre) == 24 * kMiB);  // st_blocks counts the kept bytes, as preallocated ones
+  CHECK(f.cte->KeptRoom() == 48 * kMiB);  // the range, and room for its copy-on-write flush
+  CHECK(f.ns->Fallocate(pre, FALLOC_FL_KEEP_SIZE, 0, 100 * kMiB).code() == Code::kNoSpace);
+  CHECK(f.cte->KeptRoom() == 48 * kMiB);  // a refused fallocate keeps nothing more
+  const uint64_t filler = f.Create(kRootIno, "filler");
+  const uint64_t filled = FillUntilFull(f, filler, 0);
+  CHECK(filled >= 40 * kMiB);
+  // The tiers are full for everyone else, yet the kept range is written, and overwritten.
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    const std::string data(24 * kMiB, static_cast<char>('a' + round));
+    auto w = f.ns->Write(pre, 0, data);
+    REQUIRE_MESSAGE(w.ok(), w.status().ToString());
+    CHECK(*w == data.size());
+    REQUIRE(f.ns->Fsync(pre).ok());
+    CHECK(*f.ns->Read(pre, 24 * kMiB - 3, 3) == data.substr(0, 3));
+  }
+  CHECK(Blocks(f, pre) == 24 * kMiB);  // written now: the same blocks
+  CHECK(f.ns->Write(filler, filled, std::string(kMiB, 'f')).status().code() == Code::kNoSpace);
+  // The room is kept across a restart (the record committed with the fsync).
+  f.Restart();
+  CHECK(f.cte->KeptRoom() == 48 * kMiB);
+  CHECK(f.ns->Write(filler, filled, std::string(kMiB, 'f')).status().code() == Code::kNoSpace);
+  REQUIRE(f.ns->Write(pre, 0, std::string(24 * kMiB, 'z')).ok());
+  REQUIRE(f.ns->Fsync(pre).ok());
+  // A punch lets the room of its range go: the filler writes on.
+  REQUIRE(f.ns->Fallocate(pre, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 16 * kMiB).ok());
+  CHECK(f.cte->KeptRoom() == 16 * kMiB);
+  REQUIRE(f.kv->Sync().ok());  // the punched blobs' extents are freed once durable
+  CHECK(FillUntilFull(f, filler, filled) >= 8 * kMiB);
+}
+
+TEST_CASE("fallocate's room goes with a truncation below it and with the file") {
+  constexpr uint64_t kMiB = 1u << 20;
+  NsFixture f;
+  const uint64_t a = f.Create(kRootIno, "a");
+  REQUIRE(f.ns->Fallocate(a, 0, 0, 6 * kMiB + 100).ok());  // the default mode sets the size too
+  CHECK(f.ns->GetAttr(a)->size == 6 * kMiB + 100);
+  CHECK(Blocks(f, a) == 6 * kMiB + 100);
+  REQUIRE(f.ns->Write(a, kMiB, std::string(1000, 'w')).ok());
+  CHECK(Blocks(f, a) == 6 * kMiB + 100);  // written bytes were kept ones: no more blocks
+  SetAttrRequest cut;
+  cut.valid = kSetSize;
+  cut.size = 2 * kMiB + 5;
+  REQUIRE(f.ns->SetAttr(a, cut).ok());
+  CHECK(Blocks(f, a) == 2 * kMiB + 5);
+  // Chunks 0 and 1 whole, and 5 bytes of chunk 2 (the smallest allocation there), twice.
+  CHECK(f.cte->KeptRoom() >= 2 * (2 * kMiB + 512));
+  CHECK(f.cte->KeptRoom() <= 2 * (2 * kMiB + 4096));
+  REQUIRE(f.ns->Unlink(kRootIno, "a").ok());
+  CHECK(f.cte->KeptRoom() == 0);
+  f.Restart();
+  CHECK(f.cte->KeptRoom() == 0);
+}
+
 TEST_CASE("fallocate extends, keeps size and punches holes that cost nothing") {
   NsFixture f;
   uint64_t ino = f.Create(kRootIno, "fa");

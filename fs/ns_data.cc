@@ -151,6 +151,104 @@ Status Namespace::Flush(uint64_t ino, bool* clean) {
   return s;
 }
 
+namespace {
+
+// The bytes of chunk `c` (of `cs` bytes) that a copy must span to hold what `r` covers in it:
+// from the chunk's start to the furthest covered byte; 0 when nothing.
+uint64_t ChunkSpan(const RangeSet& r, uint64_t c, uint64_t cs) {
+  const RangeSet in = r.Intersect(c * cs, (c + 1) * cs);
+  return in.empty() ? 0 : in.max_end() - c * cs;
+}
+
+// The chunks `r` touches, ascending.
+std::vector<uint64_t> Chunks(const RangeSet& r, uint64_t cs) {
+  std::vector<uint64_t> out;
+  for (const auto& x : r.ranges())
+    for (uint64_t c = x.begin / cs; c <= (x.end - 1) / cs; ++c)
+      if (out.empty() || out.back() < c) out.push_back(c);
+  return out;
+}
+
+}  // namespace
+
+RangeSet Namespace::KeptOf(uint64_t ino) {
+  auto it = kept_.find(ino);
+  return it == kept_.end() ? RangeSet() : it->second;
+}
+
+void Namespace::SetKept(uint64_t ino, RangeSet r, KvBatch* b) {
+  if (r.empty()) {
+    kept_.erase(ino);
+    b->Delete(KeptKey(ino));
+  } else {
+    b->Put(KeptKey(ino), EncodeKept(r));
+    kept_[ino] = std::move(r);
+  }
+}
+
+Status Namespace::KeepRanges(uint64_t ino, const RangeSet& before, const RangeSet& after) {
+  RangeSet both = before;
+  for (const auto& x : after.ranges()) both.Add(x.begin, x.end);
+  std::vector<uint64_t> done;
+  for (uint64_t c : Chunks(both, chunk_size_)) {
+    const uint64_t want = ChunkSpan(after, c, chunk_size_);
+    if (want == ChunkSpan(before, c, chunk_size_)) continue;
+    Status s = cte_->KeepRoom(ino, c, want);
+    if (!s.ok()) {
+      for (uint64_t d : done) (void)cte_->KeepRoom(ino, d, ChunkSpan(before, d, chunk_size_));
+      return s.WithContext("fallocate of inode " + Hex(ino));
+    }
+    done.push_back(c);
+  }
+  return Status::Ok();
+}
+
+Status Namespace::RestoreKept() {
+  CLIO_ASSIGN_OR_RETURN(KvPairs all, kv_->Scan("r/", "", 0));
+  for (auto& [k, v] : all) {
+    if (k.size() != 10) continue;
+    const uint64_t ino = ReadBigEndian64(std::string_view(k).substr(2));
+    auto r = DecodeKept(v);
+    Status s = r.status();
+    if (s.ok()) s = KeepRanges(ino, {}, *r);
+    if (!s.ok()) {
+      // The room is gone (a tier was removed or shrank): the file keeps its data, not the
+      // promise. Dropped from the metadata so a later start does not try again.
+      CLIO_LOG_WARN("metadata key r/{}: the room fallocate kept for inode {} is not kept again ({}); "
+                    "later writes to its ranges may meet ENOSPC", ino, ino, s.ToString());
+      KvBatch b;
+      b.Delete(k);
+      CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+      continue;
+    }
+    kept_[ino] = std::move(r).value();
+  }
+  if (!kept_.empty()) CLIO_LOG_INFO("kept the room fallocate reserved for {} files", kept_.size());
+  return Status::Ok();
+}
+
+void Namespace::ForClient(InodeAttr* a) {
+  if (!S_ISREG(a->mode)) return;
+  RangeSet kept;
+  {
+    MutexLock l(&mu_);
+    if (kept_.empty()) return;
+    kept = KeptOf(a->ino);
+  }
+  if (kept.empty()) return;
+  // Kept bytes no copy holds yet count as the file's blocks, as preallocated ones do.
+  uint64_t unwritten = 0;
+  for (uint64_t c : Chunks(kept, chunk_size_)) {
+    RangeSet in = kept.Intersect(c * chunk_size_, (c + 1) * chunk_size_);
+    auto written = cte_->BlobRanges(a->ino, c);
+    if (written.ok()) {
+      for (const auto& w : written->ranges()) in.Subtract(c * chunk_size_ + w.begin, c * chunk_size_ + w.end);
+    }
+    unwritten += in.bytes();
+  }
+  a->stored += unwritten;
+}
+
 Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64_t len) {
   if (len == 0) return InvalidArgument("fallocate of zero bytes");
   if (offset > kMaxFileSize || len > kMaxFileSize - offset)
@@ -177,22 +275,37 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
       pos += piece;
     }
   }
-  // Tiers are not reserved ahead of writes yet, so the default mode only extends the size:
-  // a later write can still meet ENOSPC (documented in fs/README.md). The size is compared
-  // and raised under mu_ against the current inode, never lowered, and nothing is clipped:
-  // the kernel does not hold back writeback for fallocate as it does for truncate, so a
-  // write may be storing blobs past the old size right now.
-  if (!punch && keep) return Status::Ok();
+  // The size is compared and raised under mu_ against the current inode, never lowered, and
+  // nothing is clipped: the kernel does not hold back writeback for fallocate as it does for
+  // truncate, so a write may be storing blobs past the old size right now.
   MutexLock l(&mu_);
   CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
   if (!v) return NoInode(ino);
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
-  if (!keep) a.size = std::max(a.size, offset + len);
-  AddStored(&a, stored_delta);
-  a.mtime_ns = a.ctime_ns = NowNs();
+  const RangeSet before = KeptOf(ino);
+  RangeSet after = before;
+  if (punch) after.Subtract(offset, offset + len);
+  else after.Add(offset, offset + len);
+  CLIO_RETURN_IF_ERROR(KeepRanges(ino, before, after));
   KvBatch b;
-  b.Put(InodeKey(ino), EncodeInode(a, {}));
-  return Commit(std::move(b));
+  if (!(after == before)) SetKept(ino, after, &b);
+  if (!keep || punch) {
+    // The default mode sets the size (and the times); a punch changes the bytes. KEEP_SIZE
+    // alone changes neither.
+    if (!keep) a.size = std::max(a.size, offset + len);
+    AddStored(&a, stored_delta);
+    a.mtime_ns = a.ctime_ns = NowNs();
+    b.Put(InodeKey(ino), EncodeInode(a, {}));
+  }
+  Status s = b.empty() ? Status::Ok() : Commit(std::move(b));
+  if (!s.ok()) {
+    (void)KeepRanges(ino, after, before);
+    if (!(after == before)) {
+      KvBatch undo;  // only the map: the record was not written
+      SetKept(ino, before, &undo);
+    }
+  }
+  return s;
 }
 
 }  // namespace clio

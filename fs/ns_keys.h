@@ -8,6 +8,7 @@
 #include "common/codec.h"
 #include "common/status.h"
 #include "fs/fs_protocol.h"
+#include "placement/blob_index.h"
 
 namespace clio::ns {
 
@@ -56,6 +57,38 @@ inline std::string TruncateKey(uint64_t ino) {
   std::string k = "x/";
   AppendBigEndian64(&k, ino);
   return k;
+}
+
+// Room kept by fallocate (default mode and KEEP_SIZE): u8 version (1), u32 n, n x (u64 begin,
+// u64 end), the file's byte ranges, sorted and disjoint.
+inline std::string KeptKey(uint64_t ino) {
+  std::string k = "r/";
+  AppendBigEndian64(&k, ino);
+  return k;
+}
+inline std::string EncodeKept(const RangeSet& r) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<uint32_t>(static_cast<uint32_t>(r.ranges().size()));
+  for (const auto& x : r.ranges()) e.Put<uint64_t>(x.begin).Put<uint64_t>(x.end);
+  return e.Take();
+}
+inline Result<RangeSet> DecodeKept(std::string_view v) {
+  Decoder d(v);
+  uint8_t version = 0;
+  uint32_t n = 0;
+  d.Get(&version);
+  d.Get(&n);
+  if (!d.failed() && version != 1) return Corruption("kept-room record has unknown version " + std::to_string(version));
+  RangeSet r;
+  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
+    uint64_t b = 0, e = 0;
+    d.Get(&b);
+    d.Get(&e);
+    if (d.failed() || b >= e || e > (1ull << 62)) return Corruption("kept-room record has a bad range");
+    r.Add(b, e);
+  }
+  CLIO_RETURN_IF_ERROR(d.Finish("kept-room record"));
+  return r;
 }
 
 // A request record: the client's slot (request id modulo Namespace::kRequestSlots).

@@ -23,11 +23,19 @@ Status Namespace::DeleteFileKeys(uint64_t ino) {
   b.Delete(InodeKey(ino));
   b.Delete(OrphanKey(ino));
   b.Delete(TruncateKey(ino));
+  const RangeSet kept = KeptOf(ino);
+  if (!kept.empty()) {
+    CLIO_RETURN_IF_ERROR(KeepRanges(ino, kept, {}));  // letting room go cannot fail
+    SetKept(ino, {}, &b);
+  }
   return Commit(std::move(b));
 }
 
 Status Namespace::DeleteFileData(uint64_t ino) {
-  CLIO_RETURN_IF_ERROR(DeleteFileKeys(ino));
+  {
+    MutexLock l(&mu_);
+    CLIO_RETURN_IF_ERROR(DeleteFileKeys(ino));
+  }
   // A write that loaded the inode before the keys went stores nothing past this point: it
   // finds the inode gone when it updates the size, and removes what it stored.
   return cte_->DelTag(ino);

@@ -169,6 +169,21 @@ Status Cte::Recover() {
   return kv_->Sync();
 }
 
+Status Cte::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size) {
+  Stripe& s = StripeFor(tag, blob);
+  MutexLock l(&s.mu);
+  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  const TierSnapshot tiers = Tiers();
+  uint64_t in_use = 0;  // what its persistent copies occupy: inside the room it keeps
+  for (const BlobCopy& c : e.copies) {
+    Tier* t = TierIn(*tiers, c.tier_id);
+    if (t && !t->is_volatile) in_use += TotalSize(c.extents);
+  }
+  return reservations_->KeepRoom(tag, blob, size, in_use);
+}
+
+uint64_t Cte::KeptRoom() const { return reservations_->kept(); }
+
 std::vector<uint64_t> Cte::TakeStartTags() {
   MutexLock l(&start_tags_mu_);
   return std::exchange(start_tags_, {});
@@ -269,7 +284,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
     if (end > have) {
       // A direct write to a persistent tier may not take room reserved for flushes.
       auto a = t.is_volatile ? t.bdev->Allocate(end - have)
-                             : reservations_->AllocateDirect(t.bdev.get(), end - have);
+                             : reservations_->AllocateDirect(tag, blob, t.bdev.get(), end - have);
       if (!a.ok()) {
         if (a.status().code() != Code::kNoSpace) return done(a.status().WithContext("tier '" + t.name + "'"));
         if (t.is_volatile && !evicted[ti] && clean_lru_.Count(tid) > 0)

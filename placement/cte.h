@@ -207,6 +207,15 @@ class Cte {
   // The tags the blob index held at Open(), ascending, once (later calls get none): the
   // filesystem checks that each names a file that exists.
   std::vector<uint64_t> TakeStartTags() EXCLUDES(start_tags_mu_);
+  // Keeps room on the persistent tiers for a `size`-byte copy of the blob whatever it holds
+  // (fallocate), until set to 0 (the caller lets it go: removing the blob does not): its own
+  // writes, flushes and moves then never meet NoSpace for room others took, however often it
+  // is overwritten. A flush writes the new copy before it frees the old, so that is room for
+  // two copies (FlushReservations::KeepRoom). In memory: the caller keeps it again after a
+  // restart. NoSpace, changing nothing, when it does not fit.
+  Status KeepRoom(uint64_t tag, uint64_t blob, uint64_t size);
+  // Bytes kept for all blobs (two copies' worth each).
+  uint64_t KeptRoom() const;
   // Copies every dirty blob of the tag to a persistent tier. The caller then makes the index
   // durable with KvStore::Sync(). Returns (and clears) an earlier background flush failure of
   // this tag, so fsync reports it.

@@ -61,7 +61,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
   CLIO_RETURN_IF_ERROR(ReadMerged(before, tiers, 0, size, buf.data()));
 
   // A persistent target may not take room reserved for dirty blobs' flushes.
-  auto a = t.is_volatile ? t.bdev->Allocate(size) : reservations_->AllocateDirect(t.bdev.get(), size);
+  auto a = t.is_volatile ? t.bdev->Allocate(size) : reservations_->AllocateDirect(tag, blob, t.bdev.get(), size);
   if (!a.ok()) return a.status().WithContext("tier '" + t.name + "'");
   BlobCopy fresh;
   fresh.tier_id = tid;

@@ -55,6 +55,9 @@ uint64_t FlushReservations::AvailableLocked() const {
     if (accepts_ ? !accepts_(*b, s) : s.lifetime_days < 1) continue;
     remaining += s.remaining;
   }
+  // Kept room a blob's own copy fills is not free: it is counted once, as used, not again as
+  // reserved.
+  remaining += kept_filled_;
   return remaining > reserved_ ? remaining - reserved_ : 0;
 }
 
@@ -62,7 +65,10 @@ Status FlushReservations::ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size
   MutexLock l(&mu_);
   uint64_t& have = by_blob_[{tag, blob}];
   if (previous) *previous = have;
-  const uint64_t want = persistent_.empty() ? 0 : AllocationFootprint(size, min_class_);
+  uint64_t want = persistent_.empty() ? 0 : AllocationFootprint(size, min_class_);
+  // Room the blob keeps backs its flush: only what it does not cover is reserved.
+  auto k = kept_.find({tag, blob});
+  if (k != kept_.end()) want = want > k->second.bytes ? want - k->second.bytes : 0;
   if (want <= have) {
     if (have == 0) by_blob_.erase({tag, blob});
     return Status::Ok();
@@ -94,15 +100,57 @@ void FlushReservations::RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes)
 
 void FlushReservations::ReleaseBlob(uint64_t tag, uint64_t blob) { RestoreBlob(tag, blob, 0); }
 
-Result<ExtentList> FlushReservations::AllocateDirect(Bdev* b, uint64_t bytes) {
+Status FlushReservations::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size, uint64_t in_use) {
+  MutexLock l(&mu_);
+  auto it = kept_.find({tag, blob});
+  const Kept had = it == kept_.end() ? Kept{} : it->second;
+  // The copy, and room for its next copy-on-write replacement.
+  Kept now;
+  now.bytes = size == 0 || persistent_.empty() ? 0 : 2 * AllocationFootprint(size, min_class_);
+  now.filled = std::min(in_use, now.bytes / 2);
+  // Counted with the blob's copy as it is now.
+  kept_filled_ = kept_filled_ - had.filled + now.filled;
+  if (now.bytes > had.bytes) {
+    const uint64_t more = now.bytes - had.bytes;
+    const uint64_t avail = AvailableLocked();
+    if (more > avail) {
+      kept_filled_ = kept_filled_ - now.filled + had.filled;
+      return NoSpace("the persistent tiers cannot keep " + std::to_string(more) + " more bytes: " +
+                     std::to_string(avail) + " free after " + std::to_string(reserved_) + " bytes reserved");
+    }
+  }
+  reserved_ = reserved_ - had.bytes + now.bytes;
+  kept_total_ = kept_total_ - had.bytes + now.bytes;
+  if (now.bytes == 0) {
+    if (it != kept_.end()) kept_.erase(it);
+  } else {
+    kept_[{tag, blob}] = now;
+  }
+  return Status::Ok();
+}
+
+uint64_t FlushReservations::kept(uint64_t tag, uint64_t blob) const {
+  MutexLock l(&mu_);
+  auto it = kept_.find({tag, blob});
+  return it == kept_.end() ? 0 : it->second.bytes;
+}
+
+uint64_t FlushReservations::kept() const {
+  MutexLock l(&mu_);
+  return kept_total_;
+}
+
+Result<ExtentList> FlushReservations::AllocateDirect(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes) {
   if (bytes == 0) return b->Allocate(bytes);
   MutexLock l(&mu_);
   if (persistent_.empty()) return b->Allocate(bytes);
   const uint64_t want = AllocationFootprint(bytes, min_class_);
-  const uint64_t avail = AvailableLocked();
+  auto k = kept_.find({tag, blob});
+  // The blob's own kept room, less what its copy fills, is free for it.
+  const uint64_t avail = AvailableLocked() + (k == kept_.end() ? 0 : k->second.bytes - k->second.filled);
   if (want > avail)
     return NoSpace("the persistent tiers have " + std::to_string(avail) + " bytes free after " +
-                   std::to_string(reserved_) + " bytes reserved for dirty data; " +
+                   std::to_string(reserved_) + " bytes reserved for dirty data and fallocate; " +
                    std::to_string(want) + " needed");
   return b->Allocate(bytes);
 }

@@ -8,6 +8,14 @@
 // write (ENOSPC at write(2)) rather than the flusher later. A reservation is released when the
 // flush has allocated and recorded the real copy, or when the blob is removed.
 //
+// Kept room (fallocate): room reserved for a blob whatever it holds, until its owner lets it
+// go: two copies' worth, since a flush writes a new persistent copy before the old one is
+// freed (copy-on-write). It backs the blob's own writes, flushes and moves, so a blob whose
+// kept room covers its size never meets NoSpace for room that others took, however often it
+// is overwritten. It is counted in reserved() like any reservation; the part the blob's own
+// persistent copy fills (as last told to KeepRoom, at most one copy) is not free room, so it
+// is credited back when counting what is free.
+//
 // DirtyLedger: dirty bytes (extents of dirty copies) per volatile tier, against each tier's
 // dirty_limit. A charge that would pass the limit is refused; the writer kicks the flusher and
 // waits for it (bounded) in WaitForRoom. Releases (flush, removal) wake the waiters.
@@ -58,13 +66,22 @@ class FlushReservations {
   Status ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size, uint64_t* previous = nullptr);
   // Sets the reservation of (tag, blob) back to `bytes` (undoing a ReserveBlob).
   void RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes);
-  // Drops the reservation of (tag, blob), if any.
+  // Drops the reservation of (tag, blob), if any (not its kept room).
   void ReleaseBlob(uint64_t tag, uint64_t blob);
 
-  // Allocates `bytes` on the persistent tier `b` for a direct write, unless that would take
-  // room a dirty blob's flush counts on (NoSpace as for ReserveBlob). The check and the
-  // allocation are one step: no concurrent check sees the room both allocated and free.
-  Result<ExtentList> AllocateDirect(Bdev* b, uint64_t bytes);
+  // Sets the room kept for (tag, blob) to twice the footprint of a `size`-byte copy (0: none).
+  // `in_use`: bytes the blob's persistent copies occupy now, which lie inside its kept room.
+  // NoSpace, changing nothing, when an increase does not fit in what is free and unreserved.
+  Status KeepRoom(uint64_t tag, uint64_t blob, uint64_t size, uint64_t in_use = 0);
+  // The room kept for (tag, blob), in bytes; and for all blobs.
+  uint64_t kept(uint64_t tag, uint64_t blob) const;
+  uint64_t kept() const;
+
+  // Allocates `bytes` on the persistent tier `b` for a direct write (or a move) of (tag,
+  // blob), unless that would take room a dirty blob's flush counts on or another blob keeps
+  // (NoSpace as for ReserveBlob); the blob's own kept room counts as free for it. The check
+  // and the allocation are one step: no concurrent check sees the room both allocated and free.
+  Result<ExtentList> AllocateDirect(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes);
   // Allocates the flushed copy of (tag, blob) on the persistent tier `b` and spends the blob's
   // reservation in the same step (a concurrent check never counts both). *spent receives what
   // was reserved, for RestoreBlob if the flush fails afterwards.
@@ -86,7 +103,14 @@ class FlushReservations {
   std::vector<Bdev*> persistent_ GUARDED_BY(mu_);
   uint64_t min_class_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_blob_ GUARDED_BY(mu_);
-  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // sum of by_blob_
+  struct Kept {
+    uint64_t bytes = 0;   // two copies' footprint
+    uint64_t filled = 0;  // of which the blob's persistent copy occupies (at most one copy)
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Kept> kept_ GUARDED_BY(mu_);  // fallocate
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // sum of by_blob_ and kept_ bytes
+  uint64_t kept_total_ GUARDED_BY(mu_) = 0;  // sum of kept_ bytes
+  uint64_t kept_filled_ GUARDED_BY(mu_) = 0;  // sum of kept_ filled
 };
 
 class DirtyLedger {

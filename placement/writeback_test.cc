@@ -209,6 +209,46 @@ TEST_CASE("reservations follow the blob: growth, overwrite, flush, delete and tr
   CHECK(f.RamDirty().dirty == 0);
 }
 
+TEST_CASE("kept room (fallocate) backs a blob's writes and overwrites when others filled the tier") {
+  Options o;
+  o.ram = 2 * MiB;
+  o.dirty_limit = 2 * MiB;
+  o.file = 6 * MiB;
+  WbFixture f(o);
+  REQUIRE(f.cte->KeepRoom(5, 0, MiB).ok());
+  REQUIRE(f.cte->KeepRoom(5, 1, MiB).ok());
+  CHECK(f.cte->KeptRoom() == 4 * MiB);  // each blob: its copy, and the next one's room
+  CHECK(f.cte->GetWritebackStats().reserved == 4 * MiB);
+  // More than what is left unkept is refused, changing nothing.
+  CHECK(f.cte->KeepRoom(6, 0, 2 * MiB).code() == Code::kNoSpace);
+  CHECK(f.cte->KeptRoom() == 4 * MiB);
+  // Another tag fills what is not kept: the file tier has 2 MiB unkept.
+  REQUIRE(f.cte->PutBlob(6, 0, 0, Random(MiB, 30)).ok());
+  REQUIRE(f.cte->PutBlob(6, 1, 0, Random(MiB, 31)).ok());
+  REQUIRE(f.cte->FlushAll().ok());
+  CHECK(f.cte->PutBlob(6, 2, 0, Random(MiB, 32)).code() == Code::kNoSpace);
+  // The kept blobs write, flush and are overwritten and flushed again (each flush writes a
+  // new copy before the old one is freed) without NoSpace.
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    REQUIRE(f.cte->PutBlob(5, 0, 0, Random(MiB, 40 + round)).ok());
+    REQUIRE(f.cte->PutBlob(5, 1, 0, Random(MiB, 50 + round)).ok());
+    REQUIRE(f.cte->FlushTag(5).ok());
+    REQUIRE(f.kv->Sync().ok());  // the old copies' extents are freed once durable
+    CHECK(f.Get(5, 0, 0, MiB) == Random(MiB, 40 + round));
+    CHECK(f.Get(5, 1, 0, MiB) == Random(MiB, 50 + round));
+    CHECK(f.cte->PutBlob(6, 2, 0, Random(MiB, 32)).code() == Code::kNoSpace);
+  }
+  // Letting the room go gives it back to others.
+  REQUIRE(f.cte->DelTag(5).ok());
+  REQUIRE(f.kv->Sync().ok());
+  REQUIRE(f.cte->KeepRoom(5, 0, 0).ok());
+  REQUIRE(f.cte->KeepRoom(5, 1, 0).ok());
+  CHECK(f.cte->KeptRoom() == 0);
+  REQUIRE(f.cte->PutBlob(6, 2, 0, Random(MiB, 32)).ok());
+  REQUIRE(f.cte->FlushAll().ok());
+}
+
 TEST_CASE("the dirty limit holds under writers faster than the flusher") {
   Options o;
   o.ram = 16 * MiB;

@@ -1502,6 +1502,18 @@ def g_fallocate(t):
             fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, size - 100, 10 * MiB)
             eq(os.fstat(fd).st_size, size, "size after a punch that crosses EOF")
             eq(os.pread(fd, 200, size - 100), bytes(100), "tail bytes after a punch across EOF")
+        with t.case("keep_size_counts_blocks"):
+            g = t.p("kept")
+            gfd = os.open(g, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fallocate(gfd, FALLOC_FL_KEEP_SIZE, 0, MiB)
+                st = os.fstat(gfd)
+                eq(st.st_size, 0, "size after FALLOC_FL_KEEP_SIZE on an empty file")
+                ok(st.st_blocks * 512 >= MiB, f"st_blocks after a 1 MiB KEEP_SIZE fallocate: {st.st_blocks}")
+                fallocate(gfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, MiB)
+                eq(os.fstat(gfd).st_blocks, 0, "st_blocks after punching the whole allocated range")
+            finally:
+                os.close(gfd)
         with t.case("punch_requires_keep_size"):
             expect_errno(errno.EOPNOTSUPP, fallocate, fd, FALLOC_FL_PUNCH_HOLE, 0, 4096)
         with t.case("einval"):
