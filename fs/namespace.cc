@@ -351,7 +351,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (!v) return NoInode(ino);
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
   int64_t now = NowNs();
-  bool shrink = false;
+  bool shrink = false, clip_kept = false;
   if (req.valid & kSetSize) {
     if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "cannot truncate a directory");
     if (!S_ISREG(a.mode)) return InvalidArgument("can only truncate regular files");
@@ -364,6 +364,9 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
       AddStored(&a, delta);
     }
     shrink = req.size < a.size;
+    // Room fallocate kept past the new end goes, as a truncation frees preallocated blocks
+    // past it (also one to the same size; growing keeps them).
+    clip_kept = req.size <= a.size && !KeptOf(ino).empty() && KeptOf(ino).max_end() > req.size;
     a.size = req.size;
     a.mtime_ns = now;
   }
@@ -383,15 +386,13 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     Encoder e;
     e.Put<uint64_t>(a.size);
     b.Put(TruncateKey(ino), e.Take());
-    // Room fallocate kept past the new end goes with the bytes (as a truncation frees
-    // preallocated blocks past it).
+  }
+  if (clip_kept) {
     const RangeSet kept = KeptOf(ino);
-    if (!kept.empty() && kept.max_end() > a.size) {
-      RangeSet clipped = kept;
-      clipped.ClipTo(a.size);
-      CLIO_RETURN_IF_ERROR(KeepRanges(ino, kept, clipped));
-      SetKept(ino, std::move(clipped), &b);
-    }
+    RangeSet clipped = kept;
+    clipped.ClipTo(a.size);
+    CLIO_RETURN_IF_ERROR(KeepRanges(ino, kept, clipped));  // less room: cannot fail for room
+    SetKept(ino, std::move(clipped), &b);
   }
   CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   if (shrink) CLIO_RETURN_IF_ERROR(FinishTruncate(ino, a.size));
@@ -550,9 +551,9 @@ Status Namespace::Release(uint64_t ino) {
 FsStatfs Namespace::Statfs() {
   FsStatfs s;
   auto [cap, rem] = cte_->PersistentSpace();
-  // Room fallocate keeps counts as used, as preallocated blocks do: one copy's worth (the
-  // other half is the spare a copy-on-write flush of the range needs, not shown).
-  const uint64_t kept = cte_->KeptRoom() / 2;
+  // Room fallocate keeps counts as used, as preallocated blocks do: the copies' half that no
+  // copy fills yet (the other half is the room a copy-on-write flush of the range needs).
+  const uint64_t kept = cte_->KeptUnfilled();
   rem = rem > kept ? rem - kept : 0;
   s.blocks = cap / s.block_size;
   s.blocks_free = rem / s.block_size;

@@ -16,6 +16,7 @@
 
 #include "common/codec.h"
 #include "fs/namespace.h"
+#include "fs/ns_keys.h"
 #include "fs/test_util.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
@@ -512,6 +513,33 @@ TEST_CASE("fallocate's room goes with a truncation below it and with the file") 
   CHECK(f.cte->KeptRoom() == 0);
   f.Restart();
   CHECK(f.cte->KeptRoom() == 0);
+  // KEEP_SIZE room past the end goes with a truncation to the same size; growing keeps it.
+  const uint64_t b = f.Create(kRootIno, "b");
+  REQUIRE(f.ns->Write(b, 0, std::string(100, 'b')).ok());
+  REQUIRE(f.ns->Fallocate(b, FALLOC_FL_KEEP_SIZE, 0, 2 * kMiB).ok());
+  SetAttrRequest grow;
+  grow.valid = kSetSize;
+  grow.size = kMiB;
+  REQUIRE(f.ns->SetAttr(b, grow).ok());
+  CHECK(f.cte->KeptRoom() == 4 * kMiB);
+  REQUIRE(f.ns->SetAttr(b, grow).ok());  // the same size again
+  CHECK(f.cte->KeptRoom() == 2 * kMiB);
+  CHECK(Blocks(f, b) == kMiB);
+}
+
+TEST_CASE("a kept-room record with no file behind it is removed at start") {
+  NsFixture f;
+  RangeSet r;
+  r.Add(0, 1u << 20);
+  KvBatch put;
+  put.Put(ns::KeptKey(1000000), ns::EncodeKept(r));
+  REQUIRE(f.kv->Apply(std::move(put)).ok());
+  REQUIRE(f.kv->Sync().ok());
+  f.Restart();
+  CHECK(f.cte->KeptRoom() == 0);
+  auto left = f.kv->Scan("r/", "", 0);
+  REQUIRE(left.ok());
+  CHECK(left->empty());
 }
 
 TEST_CASE("fallocate extends, keeps size and punches holes that cost nothing") {

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "common/codec.h"
@@ -153,6 +154,9 @@ Status Namespace::Flush(uint64_t ino, bool* clean) {
 
 namespace {
 
+// ForClient looks at most this many chunks of a file's kept ranges for written bytes.
+constexpr size_t kMaxKeptChunksLooked = 4096;
+
 // The bytes of chunk `c` (of `cs` bytes) that a copy must span to hold what `r` covers in it:
 // from the chunk's start to the furthest covered byte; 0 when nothing.
 uint64_t ChunkSpan(const RangeSet& r, uint64_t c, uint64_t cs) {
@@ -206,20 +210,29 @@ Status Namespace::KeepRanges(uint64_t ino, const RangeSet& before, const RangeSe
 Status Namespace::RestoreKept() {
   CLIO_ASSIGN_OR_RETURN(KvPairs all, kv_->Scan("r/", "", 0));
   for (auto& [k, v] : all) {
-    if (k.size() != 10) continue;
-    const uint64_t ino = ReadBigEndian64(std::string_view(k).substr(2));
+    const uint64_t ino = k.size() == 10 ? ReadBigEndian64(std::string_view(k).substr(2)) : 0;
     auto r = DecodeKept(v);
-    Status s = r.status();
-    if (s.ok()) s = KeepRanges(ino, {}, *r);
-    if (!s.ok()) {
-      // The room is gone (a tier was removed or shrank): the file keeps its data, not the
-      // promise. Dropped from the metadata so a later start does not try again.
-      CLIO_LOG_WARN("metadata key r/{}: the room fallocate kept for inode {} is not kept again ({}); "
-                    "later writes to its ranges may meet ENOSPC", ino, ino, s.ToString());
+    CLIO_ASSIGN_OR_RETURN(auto inode, kv_->Get(InodeKey(ino)));
+    Status bad = r.status();
+    if (bad.ok() && !inode) bad = NotFound("no inode " + Hex(ino));
+    if (bad.ok()) {
+      auto a = DecodeInode(*inode, nullptr);
+      if (!a.ok() || !S_ISREG(a->mode)) bad = InvalidArgument("inode " + Hex(ino) + " is not a regular file");
+    }
+    if (!bad.ok()) {
+      // Nothing the record could stand for: dropped, said once.
+      CLIO_LOG_WARN("metadata key r/{} (room fallocate kept): {}; removed", ino, bad.message());
       KvBatch b;
       b.Delete(k);
       CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
       continue;
+    }
+    Status s = KeepRanges(ino, {}, *r);
+    if (!s.ok()) {
+      // The room is not there now (a tier removed, dying or shrunk): the file keeps its data
+      // and its record, and the next start tries again; until then writes may meet ENOSPC.
+      CLIO_LOG_WARN("metadata key r/{}: the room fallocate kept for inode {} is not kept again ({}); "
+                    "writes to its ranges may meet ENOSPC until a start finds the room", ino, ino, s.ToString());
     }
     kept_[ino] = std::move(r).value();
   }
@@ -236,9 +249,15 @@ void Namespace::ForClient(InodeAttr* a) {
     kept = KeptOf(a->ino);
   }
   if (kept.empty()) return;
-  // Kept bytes no copy holds yet count as the file's blocks, as preallocated ones do.
+  // Kept bytes no copy holds yet count as the file's blocks, as preallocated ones do. One
+  // look at the index per kept chunk; past a bound the kept bytes count whole.
+  const std::vector<uint64_t> chunks = Chunks(kept, chunk_size_);
+  if (chunks.size() > kMaxKeptChunksLooked) {
+    a->stored = std::max(a->stored, kept.bytes());
+    return;
+  }
   uint64_t unwritten = 0;
-  for (uint64_t c : Chunks(kept, chunk_size_)) {
+  for (uint64_t c : chunks) {
     RangeSet in = kept.Intersect(c * chunk_size_, (c + 1) * chunk_size_);
     auto written = cte_->BlobRanges(a->ino, c);
     if (written.ok()) {
@@ -299,7 +318,9 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
   }
   Status s = b.empty() ? Status::Ok() : Commit(std::move(b));
   if (!s.ok()) {
-    (void)KeepRanges(ino, after, before);
+    if (Status u = KeepRanges(ino, after, before); !u.ok())
+      CLIO_LOG_ERROR("fallocate of inode {} failed ({}), and putting its kept room back failed too: {}", ino,
+                     s.ToString(), u.ToString());
     if (!(after == before)) {
       KvBatch undo;  // only the map: the record was not written
       SetKept(ino, before, &undo);

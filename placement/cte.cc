@@ -170,19 +170,31 @@ Status Cte::Recover() {
 }
 
 Status Cte::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size) {
+  if (size == 0) return reservations_->KeepRoom(tag, blob, 0);  // letting go needs no look
   Stripe& s = StripeFor(tag, blob);
   MutexLock l(&s.mu);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+  // What its persistent copies occupy lies inside the room it keeps.
+  return reservations_->KeepRoom(tag, blob, size, PersistentFill(e));
+}
+
+uint64_t Cte::PersistentFill(const BlobEntry& e) {
   const TierSnapshot tiers = Tiers();
-  uint64_t in_use = 0;  // what its persistent copies occupy: inside the room it keeps
+  uint64_t n = 0;
   for (const BlobCopy& c : e.copies) {
     Tier* t = TierIn(*tiers, c.tier_id);
-    if (t && !t->is_volatile) in_use += TotalSize(c.extents);
+    if (t && AcceptsPersistent(*t)) n += TotalSize(c.extents);
   }
-  return reservations_->KeepRoom(tag, blob, size, in_use);
+  return n;
+}
+
+void Cte::NoteFill(uint64_t tag, uint64_t blob, const BlobEntry& e) {
+  if (reservations_->keeps(tag, blob)) reservations_->SetFilled(tag, blob, PersistentFill(e));
 }
 
 uint64_t Cte::KeptRoom() const { return reservations_->kept(); }
+
+uint64_t Cte::KeptUnfilled() const { return reservations_->kept_unfilled(); }
 
 std::vector<uint64_t> Cte::TakeStartTags() {
   MutexLock l(&start_tags_mu_);
@@ -284,7 +296,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
     if (end > have) {
       // A direct write to a persistent tier may not take room reserved for flushes.
       auto a = t.is_volatile ? t.bdev->Allocate(end - have)
-                             : reservations_->AllocateDirect(tag, blob, t.bdev.get(), end - have);
+                             : reservations_->AllocateDirect(tag, blob, t.bdev.get(), end - have, !in_place);
       if (!a.ok()) {
         if (a.status().code() != Code::kNoSpace) return done(a.status().WithContext("tier '" + t.name + "'"));
         if (t.is_volatile && !evicted[ti] && clean_lru_.Count(tid) > 0)
@@ -349,6 +361,8 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
     if (t.is_volatile) {
       clean_lru_.Remove(tid, tag, blob);  // its copy here is dirty now
       MarkDirty(tag, blob);
+    } else if (!added.empty()) {
+      NoteFill(tag, blob, next);
     }
     if (stored_delta) *stored_delta = static_cast<int64_t>(next.stored()) - static_cast<int64_t>(stored_before);
     NoteAccess(s, tag, blob);
@@ -449,6 +463,7 @@ Status Cte::RemoveLocked(uint64_t tag, uint64_t blob, BlobEntry e, int64_t* stor
   // Nothing left to flush: its reservation and dirty bytes go with it.
   dirty_bytes_.ReleaseBlob(tag, blob);
   reservations_->ReleaseBlob(tag, blob);
+  NoteFill(tag, blob, {});
   for (uint64_t id : tier_ids) clean_lru_.Remove(id, tag, blob);
   MutexLock d(&dirty_mu_);
   dirty_.erase({tag, blob});

@@ -214,8 +214,10 @@ class Cte {
   // two copies (FlushReservations::KeepRoom). In memory: the caller keeps it again after a
   // restart. NoSpace, changing nothing, when it does not fit.
   Status KeepRoom(uint64_t tag, uint64_t blob, uint64_t size);
-  // Bytes kept for all blobs (two copies' worth each).
+  // Bytes kept for all blobs (two copies' worth each), and the part of their copies' halves no
+  // copy fills yet (what statfs counts as used beyond the tiers' own figures).
   uint64_t KeptRoom() const;
+  uint64_t KeptUnfilled() const;
   // Copies every dirty blob of the tag to a persistent tier. The caller then makes the index
   // durable with KvStore::Sync(). Returns (and clears) an earlier background flush failure of
   // this tag, so fsync reports it.
@@ -409,6 +411,12 @@ class Cte {
   static bool Accepts(const Tier& t);
   static bool AcceptsAt(const Tier& t, double lifetime_days);  // with stats already read
   static bool AcceptsPersistent(const Tier& t) { return !t.is_volatile && Accepts(t); }
+  // Bytes the blob's copies on persistent tiers that take data occupy (the part of the room it
+  // keeps that they fill).
+  uint64_t PersistentFill(const BlobEntry& e);
+  // After the blob's copies changed (caller holds its stripe lock): tells the reservations
+  // what its persistent copies fill now, when it keeps room (fallocate).
+  void NoteFill(uint64_t tag, uint64_t blob, const BlobEntry& e);
   // Records the tier's lifespan and drain mark in the metadata and syncs it.
   Status SaveMotion(const Tier& t);
   // Why Accepts() is false, for error messages.

@@ -61,7 +61,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
   CLIO_RETURN_IF_ERROR(ReadMerged(before, tiers, 0, size, buf.data()));
 
   // A persistent target may not take room reserved for dirty blobs' flushes.
-  auto a = t.is_volatile ? t.bdev->Allocate(size) : reservations_->AllocateDirect(tag, blob, t.bdev.get(), size);
+  auto a = t.is_volatile ? t.bdev->Allocate(size) : reservations_->AllocateDirect(tag, blob, t.bdev.get(), size, /*new_copy=*/true);
   if (!a.ok()) return a.status().WithContext("tier '" + t.name + "'");
   BlobCopy fresh;
   fresh.tier_id = tid;
@@ -125,6 +125,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
     (void)t.bdev->Free(fresh.extents);
     return ap;
   }
+  NoteFill(tag, blob, next);
   // Volatile copies: every reader holds this stripe lock, so none is reading them now.
   for (auto& [ct, c] : free_now) {
     Status f = ct->bdev->Free(c.extents);

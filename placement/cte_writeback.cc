@@ -53,11 +53,19 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   // The room was reserved when the blob became dirty (reservations_), so this allocation
   // finds it unless the host filesystem under a file tier filled up meanwhile.
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
-  for (const auto& tp : *tiers) {
-    Tier& t = *tp;
+  // A blob that keeps room (fallocate) flushed twice within one commit interval finds its room
+  // held by its previous copy, whose release is not durable yet: one commit frees it.
+  bool committed = false;
+  for (auto it = tiers->begin(); it != tiers->end(); ++it) {
+    Tier& t = **it;
     if (!AcceptsPersistent(t)) continue;
     uint64_t spent = 0;  // the blob's reservation, spent by this allocation
     auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
+    if (!a.ok() && a.status().code() == Code::kNoSpace && !committed && reservations_->keeps(tag, blob)) {
+      committed = true;
+      CLIO_RETURN_IF_ERROR(kv_->Sync());
+      a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
+    }
     if (!a.ok()) {
       last = a.status().WithContext("flushing to tier '" + t.name + "'");
       if (a.status().code() == Code::kNoSpace) continue;
@@ -129,6 +137,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     // are spent.
     dirty_bytes_.ReleaseBlob(tag, blob);
     reservations_->ReleaseBlob(tag, blob);
+    NoteFill(tag, blob, next);
     if (kept_on != 0) clean_lru_.Touch(kept_on, tag, blob);
     flushes_.Add();
     flushed_bytes_.Add(static_cast<double>(size));

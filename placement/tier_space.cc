@@ -66,9 +66,10 @@ Status FlushReservations::ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size
   uint64_t& have = by_blob_[{tag, blob}];
   if (previous) *previous = have;
   uint64_t want = persistent_.empty() ? 0 : AllocationFootprint(size, min_class_);
-  // Room the blob keeps backs its flush: only what it does not cover is reserved.
+  // The room of the next copy a blob keeps backs its flush: only what it does not cover is
+  // reserved (the other half is the copy it has).
   auto k = kept_.find({tag, blob});
-  if (k != kept_.end()) want = want > k->second.bytes ? want - k->second.bytes : 0;
+  if (k != kept_.end()) want = want > k->second.bytes / 2 ? want - k->second.bytes / 2 : 0;
   if (want <= have) {
     if (have == 0) by_blob_.erase({tag, blob});
     return Status::Ok();
@@ -129,6 +130,25 @@ Status FlushReservations::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size, u
   return Status::Ok();
 }
 
+void FlushReservations::SetFilled(uint64_t tag, uint64_t blob, uint64_t in_use) {
+  MutexLock l(&mu_);
+  auto it = kept_.find({tag, blob});
+  if (it == kept_.end()) return;
+  const uint64_t now = std::min(in_use, it->second.bytes / 2);
+  kept_filled_ = kept_filled_ - it->second.filled + now;
+  it->second.filled = now;
+}
+
+bool FlushReservations::keeps(uint64_t tag, uint64_t blob) const {
+  MutexLock l(&mu_);
+  return kept_.count({tag, blob}) != 0;
+}
+
+uint64_t FlushReservations::kept_unfilled() const {
+  MutexLock l(&mu_);
+  return kept_total_ / 2 > kept_filled_ ? kept_total_ / 2 - kept_filled_ : 0;
+}
+
 uint64_t FlushReservations::kept(uint64_t tag, uint64_t blob) const {
   MutexLock l(&mu_);
   auto it = kept_.find({tag, blob});
@@ -140,14 +160,19 @@ uint64_t FlushReservations::kept() const {
   return kept_total_;
 }
 
-Result<ExtentList> FlushReservations::AllocateDirect(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes) {
+Result<ExtentList> FlushReservations::AllocateDirect(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes,
+                                                     bool new_copy) {
   if (bytes == 0) return b->Allocate(bytes);
   MutexLock l(&mu_);
   if (persistent_.empty()) return b->Allocate(bytes);
   const uint64_t want = AllocationFootprint(bytes, min_class_);
   auto k = kept_.find({tag, blob});
-  // The blob's own kept room, less what its copy fills, is free for it.
-  const uint64_t avail = AvailableLocked() + (k == kept_.end() ? 0 : k->second.bytes - k->second.filled);
+  uint64_t own = 0;  // the blob's own kept room that is free for this allocation
+  if (k != kept_.end()) {
+    const uint64_t half = k->second.bytes / 2;
+    own = new_copy ? half : half - k->second.filled;
+  }
+  const uint64_t avail = AvailableLocked() + own;
   if (want > avail)
     return NoSpace("the persistent tiers have " + std::to_string(avail) + " bytes free after " +
                    std::to_string(reserved_) + " bytes reserved for dirty data and fallocate; " +

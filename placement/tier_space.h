@@ -10,11 +10,12 @@
 //
 // Kept room (fallocate): room reserved for a blob whatever it holds, until its owner lets it
 // go: two copies' worth, since a flush writes a new persistent copy before the old one is
-// freed (copy-on-write). It backs the blob's own writes, flushes and moves, so a blob whose
-// kept room covers its size never meets NoSpace for room that others took, however often it
-// is overwritten. It is counted in reserved() like any reservation; the part the blob's own
-// persistent copy fills (as last told to KeepRoom, at most one copy) is not free room, so it
-// is credited back when counting what is free.
+// freed (copy-on-write). Half is the blob's copy, half the room of its next one. It backs the
+// blob's own writes, flushes and moves, so a blob whose kept room covers its size never meets
+// NoSpace for room that others took, however often it is overwritten. It is counted in
+// reserved() like any reservation; the part the blob's own persistent copy fills (SetFilled,
+// at most one copy) is counted as used already, so it is credited back when counting what is
+// free.
 //
 // DirtyLedger: dirty bytes (extents of dirty copies) per volatile tier, against each tier's
 // dirty_limit. A charge that would pass the limit is refused; the writer kicks the flusher and
@@ -73,15 +74,23 @@ class FlushReservations {
   // `in_use`: bytes the blob's persistent copies occupy now, which lie inside its kept room.
   // NoSpace, changing nothing, when an increase does not fit in what is free and unreserved.
   Status KeepRoom(uint64_t tag, uint64_t blob, uint64_t size, uint64_t in_use = 0);
-  // The room kept for (tag, blob), in bytes; and for all blobs.
+  // What a kept blob's persistent copies occupy now (its index entry changed); no-op for a
+  // blob that keeps nothing.
+  void SetFilled(uint64_t tag, uint64_t blob, uint64_t in_use);
+  bool keeps(uint64_t tag, uint64_t blob) const;
+  // The room kept for (tag, blob), in bytes; for all blobs; and the part of all blobs' kept
+  // copies (half of each) that no copy fills yet.
   uint64_t kept(uint64_t tag, uint64_t blob) const;
   uint64_t kept() const;
+  uint64_t kept_unfilled() const;
 
-  // Allocates `bytes` on the persistent tier `b` for a direct write (or a move) of (tag,
-  // blob), unless that would take room a dirty blob's flush counts on or another blob keeps
-  // (NoSpace as for ReserveBlob); the blob's own kept room counts as free for it. The check
-  // and the allocation are one step: no concurrent check sees the room both allocated and free.
-  Result<ExtentList> AllocateDirect(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes);
+  // Allocates `bytes` on the persistent tier `b` for a direct write or a move of (tag, blob),
+  // unless that would take room a dirty blob's flush counts on or another blob keeps (NoSpace
+  // as for ReserveBlob). The blob's own kept room counts as free for it: the part of its copy
+  // not filled yet when the copy grows in place, the room of its next copy when `new_copy`.
+  // The check and the allocation are one step: no concurrent check sees the room both
+  // allocated and free.
+  Result<ExtentList> AllocateDirect(uint64_t tag, uint64_t blob, Bdev* b, uint64_t bytes, bool new_copy);
   // Allocates the flushed copy of (tag, blob) on the persistent tier `b` and spends the blob's
   // reservation in the same step (a concurrent check never counts both). *spent receives what
   // was reserved, for RestoreBlob if the flush fails afterwards.

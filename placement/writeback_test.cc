@@ -249,6 +249,55 @@ TEST_CASE("kept room (fallocate) backs a blob's writes and overwrites when other
   REQUIRE(f.cte->FlushAll().ok());
 }
 
+TEST_CASE("kept room holds overwrites flushed back to back, with no commit between them") {
+  Options o;
+  o.ram = 2 * MiB;
+  o.dirty_limit = 2 * MiB;
+  o.file = 4 * MiB;
+  WbFixture f(o);  // its metadata commits only when synced
+  REQUIRE(f.cte->KeepRoom(7, 0, MiB).ok());
+  REQUIRE(f.cte->PutBlob(8, 0, 0, Random(MiB, 60)).ok());
+  REQUIRE(f.cte->PutBlob(8, 1, 0, Random(MiB, 61)).ok());
+  REQUIRE(f.cte->FlushAll().ok());
+  CHECK(f.cte->PutBlob(8, 2, 0, Random(MiB, 62)).code() == Code::kNoSpace);  // the rest is kept
+  // Each flush's old copy is freed only once a commit makes the release durable; the next
+  // flush of the same blob finds its room there after one commit.
+  for (int round = 0; round < 4; ++round) {
+    INFO("round " << round);
+    REQUIRE(f.cte->PutBlob(7, 0, 0, Random(MiB, 70 + round)).ok());
+    Status s = f.cte->FlushTag(7);
+    REQUIRE_MESSAGE(s.ok(), s.ToString());
+    CHECK(f.Get(7, 0, 0, MiB) == Random(MiB, 70 + round));
+  }
+}
+
+TEST_CASE("a kept blob that grows past its kept span reserves the difference") {
+  Options o;
+  o.ram = 2 * MiB;
+  o.dirty_limit = 2 * MiB;
+  o.file = 4 * MiB;
+  WbFixture f(o);
+  REQUIRE(f.cte->KeepRoom(9, 0, 400 * 1024).ok());  // 512 KiB a copy, 1 MiB kept
+  CHECK(f.cte->KeptRoom() == MiB);
+  // A 1 MiB write: the room of its next copy (512 KiB) is kept, the other 512 KiB reserved.
+  REQUIRE(f.cte->PutBlob(9, 0, 0, Random(MiB, 80)).ok());
+  CHECK(f.cte->GetWritebackStats().reserved == MiB + 512 * 1024);
+  REQUIRE(f.cte->FlushTag(9).ok());
+  REQUIRE(f.kv->Sync().ok());
+  // Others fill what is not kept or reserved: 4 MiB, less the 1 MiB copy, less the kept room
+  // its copy does not fill (512 KiB): 2.5 MiB, five 512 KiB blobs.
+  uint64_t others = 0;
+  while (f.cte->PutBlob(10, others, 0, Random(512 * 1024, 90)).ok()) {
+    ++others;
+    REQUIRE(f.cte->FlushAll().ok());
+  }
+  CHECK(others == 5);
+  // The grown blob's next copy needs 1 MiB, only 512 KiB of it kept: the overwrite is refused
+  // at the write, never accepted and then failed in a flush.
+  CHECK(f.cte->PutBlob(9, 0, 0, Random(MiB, 81)).code() == Code::kNoSpace);
+  CHECK(f.Get(9, 0, 0, MiB) == Random(MiB, 80));
+}
+
 TEST_CASE("the dirty limit holds under writers faster than the flusher") {
   Options o;
   o.ram = 16 * MiB;

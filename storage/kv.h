@@ -92,9 +92,9 @@ class KvStore {
 struct KvOptions {
   std::string path;                 // RocksDB directory; created if missing
   uint32_t commit_interval_ms = 2000;
-  // How long Open waits for the store's lock while another process holds it: a runtime killed
-  // a moment ago holds it until its last thread has exited (one blocked in a slow device
-  // call, say). Then it fails naming the lock.
+  // How long Open waits for the store's lock while a process that is exiting holds it: a
+  // runtime killed a moment ago holds it until its last thread has exited (one finishing a
+  // slow device call, say). A holder that runs is refused at once (Busy, naming it).
   uint32_t lock_wait_ms = 30000;
 };
 

@@ -22,8 +22,12 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -386,6 +390,41 @@ Status RocksDbKv::WriteOverlay(const Overlay& overlay) {
 
 }  // namespace
 
+namespace {
+
+// The process holding the store's LOCK file (RocksDB takes a POSIX record lock on it), 0 when
+// none. Only called once RocksDB said another process holds it: this process holds no lock on
+// the file whose fd it closes (closing any fd of a file drops the process's own record locks).
+pid_t LockHolder(const std::string& dir) {
+  const int fd = ::open((dir + "/LOCK").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  pid_t holder = 0;
+  if (::fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) holder = fl.l_pid;
+  ::close(fd);
+  return holder;
+}
+
+// Whether `pid` runs (a zombie leader whose last threads are still exiting does not).
+bool Running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
+}
+
+std::string Comm(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
+  std::string c;
+  std::getline(f, c);
+  return c.empty() ? "?" : c;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<KvStore>> OpenRocksDbKv(const KvOptions& options) {
   if (options.path.empty()) return InvalidArgument("metadata store: empty path");
   if (options.commit_interval_ms == 0) {
@@ -398,12 +437,18 @@ Result<std::unique_ptr<KvStore>> OpenRocksDbKv(const KvOptions& options) {
   rocksdb::Status s = rocksdb::DB::Open(ro, options.path, &raw);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.lock_wait_ms);
   bool said = false;
-  // Held by another process: a runtime on the same state directory, or one still exiting.
-  while (!s.ok() && s.IsIOError() && s.ToString().find("lock") != std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
+  // Another process holds the lock (EAGAIN): a runtime on the same state directory, refused at
+  // once, or a killed one whose last threads are still exiting, waited for.
+  while (!s.ok() && s.IsIOError() && s.ToString().find("Resource temporarily unavailable") != std::string::npos) {
+    const pid_t holder = LockHolder(options.path);
+    if (holder > 0 && Running(holder)) {
+      return Status(Code::kBusy, "metadata store " + options.path + " is in use by process " + std::to_string(holder) +
+                                     " (" + Comm(holder) + "): another runtime on this state directory? stop it first");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
     if (!said) {
-      CLIO_LOG_WARN("metadata store {} is locked by another process (a runtime still exiting?); waiting up to {} s",
-                    options.path, options.lock_wait_ms / 1000);
+      CLIO_LOG_WARN("metadata store {} is still locked by process {}, which is exiting; waiting up to {} ms",
+                    options.path, holder, options.lock_wait_ms);
       said = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -313,6 +313,39 @@ TEST_CASE("kv: a kill -9 keeps synced data and loses only uncommitted data") {
   CHECK(kv->Close().ok());
 }
 
+TEST_CASE("kv: a store another live process holds is refused at once, naming the process") {
+  TempDir dir;
+  const std::string path = dir.db();
+  REQUIRE(Open(path)->Close().ok());  // the store exists before anyone holds it
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto r = OpenRocksDbKv(KvOptions{path, kNeverMs});
+    if (!r.ok()) _exit(10);
+    (void)!write(ready[1], "x", 1);
+    pause();  // holds the store until killed
+    _exit(11);
+  }
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  KvOptions o{path, kNeverMs};
+  o.lock_wait_ms = 600000;  // a live holder is not waited for
+  auto r = OpenRocksDbKv(o);
+  kill(pid, SIGKILL);
+  int wstatus = 0;
+  REQUIRE(waitpid(pid, &wstatus, 0) == pid);
+  close(ready[0]);
+  close(ready[1]);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kBusy);
+  CHECK(r.status().message().find("in use by process " + std::to_string(pid)) != std::string::npos);
+  // Once the holder is gone the store opens.
+  auto again = Open(path);
+  CHECK(again->Close().ok());
+}
+
 TEST_CASE("kv: pre-commit hooks run before the write; a failing hook keeps the data") {
   TempDir dir;
   auto kv = Open(dir.db());
