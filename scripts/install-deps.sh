@@ -58,7 +58,14 @@ case "${1:-}" in
 esac
 retry="sudo scripts/install-deps.sh${1:+ $1}"
 
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+# A package another source may already provide: its command being on PATH is enough. Node.js
+# from NodeSource (common on build machines) ships its own npm and conflicts with Debian's npm
+# package, so asking apt for npm there fails with "held broken packages".
+declare -A PROVIDED_BY_COMMAND=([npm]=npm)
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" && return 0
+  [[ -n "${PROVIDED_BY_COMMAND[$1]:-}" ]] && command -v "${PROVIDED_BY_COMMAND[$1]}" >/dev/null
+}
 missing=()
 for p in "${PACKAGES[@]}"; do installed "$p" || missing+=("$p"); done
 
@@ -76,7 +83,7 @@ give_up() {
   if [[ -n "$(dpkg --audit 2>/dev/null)" ]]; then
     echo "install-deps: dpkg left packages half installed (dpkg --audit lists them); run: sudo dpkg --configure -a" >&2
   fi
-  echo "install-deps: once the package source answers, retry: $retry" >&2
+  echo "install-deps: once the package source answers (or the conflict apt names is resolved), retry: $retry" >&2
   exit 1
 }
 
