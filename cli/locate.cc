@@ -14,7 +14,7 @@
 #include "common/codec.h"
 #include "common/size.h"
 #include "daemon/ipc.h"
-#include "fs/fs_protocol.h"
+#include "fs/protocol/fs_protocol.h"
 
 namespace clio {
 namespace {

@@ -2,7 +2,7 @@
 //
 // Every fallible call returns a [[nodiscard]] Status or Result<T>. Codes live in one table
 // (kStatusCodeTable in status.cc). errno is converted in exactly two places: FromErrno() at the
-// syscall wrapper, and fs/errno_map.cc (Status -> errno) for FUSE replies.
+// syscall wrapper, and fs/protocol/errno_map.cc (Status -> errno) for FUSE replies.
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@ if [[ $(id -u) -eq 0 ]]; then
   for n in mount.clio mount.fuse.clio; do ln -sf /usr/local/bin/clio-fuse "/usr/sbin/$n"; done
   bin_run=/usr/local/bin/clio_run; bin_fuse=/usr/local/bin/clio-fuse; bin_ctl=/usr/local/bin/clioctl
 else
-  bin_run=$bin/cli/clio_run; bin_fuse=$bin/fs/clio-fuse; bin_ctl=$bin/cli/clioctl
+  bin_run=$bin/cli/clio_run; bin_fuse=$bin/fs/mount/clio-fuse; bin_ctl=$bin/cli/clioctl
 fi
 state_dir=$("$bin_run" status >/dev/null 2>&1 && echo running || true)
 if [[ $state_dir != running ]]; then

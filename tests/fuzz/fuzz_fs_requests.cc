@@ -11,8 +11,8 @@
 #include <string>
 
 #include "common/codec.h"
-#include "fs/fs_pool.h"
-#include "fs/fs_protocol.h"
+#include "fs/namespace/fs_pool.h"
+#include "fs/protocol/fs_protocol.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 

@@ -243,7 +243,7 @@ def set_kernel_fuse_uring(on):
 
 
 def fuse_ring_threads(pid):
-    """Names of a process's FUSE ring threads (fs/fuse_uring.cc names them by state:
+    """Names of a process's FUSE ring threads (fs/mount/fuse_uring.cc names them by state:
     clio-uring-reg, clio-uringQ once it served on CPU queue Q, clio-uring-no when refused)."""
     names = []
     for t in os.listdir(f"/proc/{pid}/task"):
@@ -280,7 +280,7 @@ class Env:
         self.build_dir = os.path.abspath(build_dir)
         self.clio_run = os.path.join(self.build_dir, "cli", "clio_run")
         self.clioctl = os.path.join(self.build_dir, "cli", "clioctl")
-        self.clio_fuse = os.path.join(self.build_dir, "fs", "clio-fuse")
+        self.clio_fuse = os.path.join(self.build_dir, "fs", "mount", "clio-fuse")
         self.scenario = scenario
         self.keep = keep
         self.T = os.path.realpath(tempfile.mkdtemp(prefix=f"clio-e2e-{scenario}-"))

@@ -21,7 +21,7 @@ def main():
     build = os.path.abspath(args.build_dir)
     os.chdir("/")
     env = Env(build, "mount_helper")
-    helper = os.path.join(build, "fs", "mount.fuse.clio")
+    helper = os.path.join(build, "fs", "mount", "mount.fuse.clio")
     passed = failed = 0
     try:
         env.write_config()

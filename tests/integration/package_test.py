@@ -39,7 +39,7 @@ def find_deb(deb_dir):
     debs = sorted(glob.glob(os.path.join(deb_dir, "clio_*_amd64.deb")), key=os.path.getmtime)
     check(debs, f"no clio_*_amd64.deb in {deb_dir}: build it with scripts/package.sh")
     # A package older than the binaries of its build would test yesterday's code.
-    newest = max(os.path.getmtime(os.path.join(deb_dir, p)) for p in ("cli/clio_run", "cli/clioctl", "fs/clio-fuse")
+    newest = max(os.path.getmtime(os.path.join(deb_dir, p)) for p in ("cli/clio_run", "cli/clioctl", "fs/mount/clio-fuse")
                  if os.path.exists(os.path.join(deb_dir, p)))
     check(os.path.getmtime(debs[-1]) >= newest,
           f"{debs[-1]} is older than the binaries in {deb_dir}: rebuild it with scripts/package.sh")

@@ -511,7 +511,7 @@ def _cpu_list(path):
 
 
 def _expected_ring_threads(per_cpu):
-    """fs/fuse_uring.cc: per_cpu threads for each online CPU, one for a possible offline one."""
+    """fs/mount/fuse_uring.cc: per_cpu threads for each online CPU, one for a possible offline one."""
     possible = _cpu_list("/sys/devices/system/cpu/possible")
     online = _cpu_list("/sys/devices/system/cpu/online")
     return sum(per_cpu if c in online else 1 for c in possible)

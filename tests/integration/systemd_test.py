@@ -58,7 +58,7 @@ def check_units(T, build):
     units = os.path.join(T, "units")
     os.makedirs(units)
     bins = {"/usr/bin/clio_run": os.path.join(build, "cli", "clio_run"),
-            "/usr/bin/clio-fuse": os.path.join(build, "fs", "clio-fuse")}
+            "/usr/bin/clio-fuse": os.path.join(build, "fs", "mount", "clio-fuse")}
     for name in ("clio-runtime.service", "clio-fuse@.service"):
         with open(os.path.join(SRC, "etc", "systemd", name)) as f:
             text = f.read()

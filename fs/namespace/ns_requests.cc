@@ -4,8 +4,8 @@
 
 #include "common/codec.h"
 #include "common/log.h"
-#include "fs/namespace.h"
-#include "fs/ns_keys.h"
+#include "fs/namespace/namespace.h"
+#include "fs/namespace/ns_keys.h"
 #include "storage/kv.h"
 
 namespace clio {

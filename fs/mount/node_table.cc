@@ -1,4 +1,4 @@
-#include "fs/node_table.h"
+#include "fs/mount/node_table.h"
 
 #include <cassert>
 

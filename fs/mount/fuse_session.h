@@ -1,5 +1,5 @@
 // The FUSE session of CLIO (libfuse3 low-level API): maps the kernel's file operations onto
-// requests to the namespace pool (fs/fs_protocol.h). Two hosts use it: clio-fuse, a client of
+// requests to the namespace pool (fs/protocol/fs_protocol.h). Two hosts use it: clio-fuse, a client of
 // the runtime in its own process (the default: a runtime restart never takes the mount down),
 // and `clio_run start --mount DIR`, which serves the mount inside the runtime and saves the
 // hop between the two processes. libfuse's headers stay inside fuse_session.cc.
@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "fs/fs_protocol.h"
-#include "fs/fuse_uring.h"
+#include "fs/protocol/fs_protocol.h"
+#include "fs/mount/fuse_uring.h"
 
 namespace clio {
 
@@ -33,7 +33,7 @@ struct FuseMountOptions {
   // serves: a second mount of the same runtime is refused. Empty: no lock.
   std::string mount_lock;
   bool debug = false;  // libfuse's -d: every request on stderr
-  // -o io_uring=auto|on|off: FUSE over io_uring (fs/fuse_uring.h). auto uses it when the
+  // -o io_uring=auto|on|off: FUSE over io_uring (fs/mount/fuse_uring.h). auto uses it when the
   // kernel offers it (fuse.enable_uring=1); on refuses to mount when the kernel does not. Off
   // by default: on the 2-core VM it helps some operations and slows others (bench/README).
   FuseUringMode io_uring = FuseUringMode::kOff;

@@ -1,5 +1,5 @@
 // clio-fuse: the FUSE daemon, a client of the runtime. The session itself (the operations and
-// what they cache) is fs/fuse_session.cc; this file takes the arguments, connects to the
+// what they cache) is fs/mount/fuse_session.cc; this file takes the arguments, connects to the
 // runtime and serves the mount. A runtime restart does not take the mount down: requests wait
 // for the runtime to come back (up to 30 s) and the mutating ones are resent once with their
 // request id, so they take effect once; a watcher thread notices the restart and has the
@@ -22,8 +22,8 @@
 #include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "daemon/service_notify.h"
-#include "fs/fs_protocol.h"
-#include "fs/fuse_session.h"
+#include "fs/protocol/fs_protocol.h"
+#include "fs/mount/fuse_session.h"
 
 namespace clio {
 namespace {

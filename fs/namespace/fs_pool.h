@@ -8,7 +8,7 @@
 #include "common/metrics.h"
 #include "common/thread_annotations.h"
 #include "daemon/pool.h"
-#include "fs/namespace.h"
+#include "fs/namespace/namespace.h"
 
 namespace clio {
 

@@ -1,5 +1,5 @@
 // Namespace core: open and recovery, lookups, attributes, node creation, listing, opens.
-#include "fs/namespace.h"
+#include "fs/namespace/namespace.h"
 
 #include <linux/fs.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
-#include "fs/ns_keys.h"
+#include "fs/namespace/ns_keys.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 

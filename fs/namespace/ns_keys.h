@@ -7,7 +7,7 @@
 
 #include "common/codec.h"
 #include "common/status.h"
-#include "fs/fs_protocol.h"
+#include "fs/protocol/fs_protocol.h"
 #include "placement/blob_index.h"
 
 namespace clio::ns {

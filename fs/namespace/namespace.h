@@ -25,7 +25,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
-#include "fs/fs_protocol.h"
+#include "fs/protocol/fs_protocol.h"
 #include "placement/blob_index.h"
 
 namespace clio {

@@ -1,5 +1,5 @@
 // Namespace operations on names: link, unlink, rmdir, rename (with exchange), file deletion.
-#include "fs/namespace.h"
+#include "fs/namespace/namespace.h"
 
 #include <linux/fs.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
-#include "fs/ns_keys.h"
+#include "fs/namespace/ns_keys.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 

@@ -1,8 +1,8 @@
 // Extended attributes: one metadata key per attribute, "a/" + be64(ino) + name.
 #include <sys/xattr.h>
 
-#include "fs/namespace.h"
-#include "fs/ns_keys.h"
+#include "fs/namespace/namespace.h"
+#include "fs/namespace/ns_keys.h"
 #include "storage/kv.h"
 
 namespace clio {

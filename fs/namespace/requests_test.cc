@@ -8,10 +8,10 @@
 
 #include "common/codec.h"
 #include "daemon/pool.h"
-#include "fs/fs_pool.h"
-#include "fs/fs_protocol.h"
-#include "fs/ns_keys.h"
-#include "fs/test_util.h"
+#include "fs/namespace/fs_pool.h"
+#include "fs/protocol/fs_protocol.h"
+#include "fs/namespace/ns_keys.h"
+#include "fs/namespace/test_util.h"
 
 using namespace clio;
 using clio::testing::NsFixture;

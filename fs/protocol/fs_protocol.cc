@@ -1,4 +1,4 @@
-#include "fs/fs_protocol.h"
+#include "fs/protocol/fs_protocol.h"
 
 namespace clio {
 

@@ -1,4 +1,4 @@
-#include "fs/fs_pool.h"
+#include "fs/namespace/fs_pool.h"
 
 #include <fcntl.h>
 
@@ -8,7 +8,7 @@
 
 #include "common/codec.h"
 #include "daemon/ipc.h"
-#include "fs/errno_map.h"
+#include "fs/protocol/errno_map.h"
 #include "placement/cte_pool.h"
 #include "storage/kv.h"
 

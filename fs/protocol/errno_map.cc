@@ -1,4 +1,4 @@
-#include "fs/errno_map.h"
+#include "fs/protocol/errno_map.h"
 
 #include <cerrno>
 

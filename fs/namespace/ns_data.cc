@@ -1,5 +1,5 @@
 // File data through the CTE: read, write, truncation, fsync.
-#include "fs/namespace.h"
+#include "fs/namespace/namespace.h"
 
 #include <linux/fs.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
-#include "fs/ns_keys.h"
+#include "fs/namespace/ns_keys.h"
 #include "placement/blob_index.h"
 #include "placement/cte.h"
 #include "storage/kv.h"

@@ -1,4 +1,4 @@
-// The node ids the kernel holds through a FUSE mount, and the opens on each (fs/fuse_session.cc).
+// The node ids the kernel holds through a FUSE mount, and the opens on each (fs/mount/fuse_session.cc).
 //
 // The kernel counts a lookup for every entry a reply hands it (LOOKUP, CREATE, MKDIR, MKNOD,
 // SYMLINK, LINK, each READDIRPLUS entry) and gives them back with FORGET; a node stays here

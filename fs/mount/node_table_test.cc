@@ -1,6 +1,6 @@
 // The node table of the FUSE session: lookup counts from replies and FORGETs, opens, and the
 // freeze that makes a restart's declaration exact.
-#include "fs/node_table.h"
+#include "fs/mount/node_table.h"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
-// FUSE over io_uring (fs/fuse_uring.h). The kernel side is fs/fuse/dev_uring.c (Linux 6.14+,
+// FUSE over io_uring (fs/mount/fuse_uring.h). The kernel side is fs/fuse/dev_uring.c (Linux 6.14+,
 // protocol 7.42); its structures are declared here because Debian 12's linux/fuse.h (7.38)
 // predates them.
-#include "fs/fuse_uring.h"
+#include "fs/mount/fuse_uring.h"
 
 #include <linux/fuse.h>
 #include <liburing.h>

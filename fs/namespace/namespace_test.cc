@@ -15,9 +15,9 @@
 #include <sstream>
 
 #include "common/codec.h"
-#include "fs/namespace.h"
-#include "fs/ns_keys.h"
-#include "fs/test_util.h"
+#include "fs/namespace/namespace.h"
+#include "fs/namespace/ns_keys.h"
+#include "fs/namespace/test_util.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 

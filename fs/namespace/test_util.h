@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "fs/namespace.h"
+#include "fs/namespace/namespace.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
 
