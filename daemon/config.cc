@@ -432,7 +432,7 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   cfg.tcp_port = static_cast<uint32_t>(tcp_port);
   CLIO_ASSIGN_OR_RETURN(cfg.token_file, rt.String("token_file", ""));
   if (cfg.token_file.empty()) cfg.token_file = cfg.state_dir + "/token";
-  CLIO_ASSIGN_OR_RETURN(uint64_t shm_bytes, rt.Size("shm_channel_size", 2u << 20));
+  CLIO_ASSIGN_OR_RETURN(uint64_t shm_bytes, rt.Size("shm_channel_size", kDefaultShmChannelBytes));
   if (shm_bytes < 4096 || shm_bytes > (64u << 20))
     return rt.Error("shm_channel_size", "must be between 4KiB and 64MiB");
   cfg.shm_channel_bytes = static_cast<uint32_t>(shm_bytes);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/defaults.h"
 
 namespace clio {
 
@@ -107,7 +108,7 @@ struct RuntimeConfig {
   // runtime at start when missing. TCP clients present it in their Hello.
   std::string token_file;
   // Data bytes of one shared-memory channel (runtime.shm_channel_size, 4 KiB..64 MiB).
-  uint32_t shm_channel_bytes = 2u << 20;
+  uint32_t shm_channel_bytes = kDefaultShmChannelBytes;
   // A connection whose client process has exited (its socket kept open by a child it forked)
   // is closed and its channel unmapped after this many seconds (runtime.client_reap_grace_s).
   uint32_t client_reap_grace_s = 5;

@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "daemon/defaults.h"
 #include "daemon/pool_query.h"
 
 namespace clio {
@@ -150,7 +151,7 @@ class RuntimeClient {
     uint32_t tcp_port = 0;
     std::string token_file;
     // Data bytes of each shared-memory channel asked for (the runtime may grant less).
-    uint32_t shm_bytes = 2u << 20;
+    uint32_t shm_bytes = kDefaultShmChannelBytes;
   };
   // The options for the runtime of `config`: its socket, TCP endpoint and token file.
   static Options OptionsFor(const RuntimeConfig& config);

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "daemon/defaults.h"
 #include "daemon/pool_query.h"
 
 namespace clio {
@@ -22,7 +23,7 @@ class Server {
     std::string tcp_address;        // with tcp_port 0: no TCP
     uint32_t tcp_port = 0;
     std::string token;              // what a TCP client's Hello must present
-    uint32_t shm_channel_bytes = 2u << 20;  // the most a channel may have
+    uint32_t shm_channel_bytes = kDefaultShmChannelBytes;  // the most a channel may have
     uint32_t reap_grace_s = 5;      // runtime.client_reap_grace_s
     // A task predicted to take this long or longer runs on the slow class, not inline on an
     // I/O worker (runtime.slow_task_us).

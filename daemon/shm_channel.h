@@ -17,15 +17,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "daemon/defaults.h"
 #include "daemon/ipc.h"
 
 namespace clio {
 
 inline constexpr uint32_t kShmChannelMagic = 0x4d484343;  // "CCHM"
 inline constexpr uint32_t kShmChannelVersion = 1;
-// The default and largest data area of one channel (runtime.shm_channel_size): a 1 MiB FUSE
-// write with its arguments fits; bigger messages travel over the channel's socket.
-inline constexpr uint32_t kDefaultShmChannelBytes = 2u << 20;
+// The largest data area of one channel (runtime.shm_channel_size; the default,
+// kDefaultShmChannelBytes in daemon/defaults.h, fits a 1 MiB FUSE write with its arguments);
+// bigger messages travel over the channel's socket.
 inline constexpr uint32_t kMaxShmChannelBytes = 64u << 20;
 inline constexpr uint32_t kMinShmChannelBytes = 4096;
 
