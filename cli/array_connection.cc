@@ -14,12 +14,9 @@ Result<ArrayConnection> ArrayConnection::Open(const CommandContext& ctx, const s
   if (auto id = ParsePoolId(array); id.ok()) {
     c.pool = id->first;
   } else {
-    Encoder find;
-    find.PutBytes(array);
-    auto pool = c.client->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+    auto pool = c.client->FindPool(array);
     if (!pool.ok()) return pool.status().WithContext("no pool '" + array + "'");
-    Decoder d(*pool);
-    if (!d.Get(&c.pool)) return Internal("bad FindPool reply from the runtime");
+    c.pool = *pool;
   }
   // Only a safe-bdev answers with its members.
   CLIO_ASSIGN_OR_RETURN(std::string json, c.Monitor());

@@ -10,12 +10,9 @@ Result<CteConnection> CteConnection::Open(const CommandContext& ctx) {
   CteConnection c;
   c.node_id = ctx.node_id;
   CLIO_ASSIGN_OR_RETURN(c.client, RuntimeClient::Connect(o));
-  Encoder find;
-  find.PutBytes("clio_cte_core");
-  auto pool = c.client->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+  auto pool = c.client->FindPool("clio_cte_core");
   if (!pool.ok()) return pool.status().WithContext("the runtime has no clio_cte_core pool");
-  Decoder d(*pool);
-  if (!d.Get(&c.pool)) return Internal("bad FindPool reply from the runtime");
+  c.pool = *pool;
   return c;
 }
 

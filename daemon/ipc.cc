@@ -420,6 +420,16 @@ Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t metho
   return body;
 }
 
+Result<uint32_t> RuntimeClient::FindPool(std::string_view name) {
+  Encoder e;
+  e.PutBytes(name);
+  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), e.buffer()));
+  Decoder d(reply);
+  uint32_t id = 0;
+  if (!d.Get(&id) || !d.Finish("FindPool reply").ok()) return Internal("bad FindPool reply from the runtime");
+  return id;
+}
+
 Result<std::string> RuntimeClient::Call(uint32_t pool, uint32_t method, std::string_view payload,
                                         Resend resend, const PoolQuery& query) {
   std::string with_query;

@@ -170,6 +170,9 @@ class RuntimeClient {
   // returned otherwise.
   Result<std::string> Call(uint32_t pool, uint32_t method, std::string_view payload,
                            Resend resend = Resend::kFreely, const PoolQuery& query = {});
+  // The id of the pool named `name` (AdminMethod::kFindPool): NotFound when the runtime has
+  // none, Internal on a reply that is not one u32.
+  Result<uint32_t> FindPool(std::string_view name);
   // This client's id (RequestContext::client): random, never 0.
   uint32_t client_id() const { return client_id_; }
   // Blocks until the runtime goes away (a connection of its own hangs up: a stop, a crash):

@@ -68,14 +68,12 @@ TEST_CASE("client and runtime exchange requests, errors and large payloads") {
   CHECK(e.status().code() == Code::kNoSpace);
   CHECK(e.status().message() == "echo says full");
   CHECK((*c)->Call(99, 1, "").status().code() == Code::kNotFound);
-  Encoder find;
-  find.PutBytes("e");
-  auto id = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
+  auto id = (*c)->FindPool("e");
   REQUIRE(id.ok());
-  Decoder d(*id);
-  uint32_t pool = 0;
-  CHECK(d.Get(&pool));
-  CHECK(pool == 7);
+  CHECK(*id == 7);
+  auto none = (*c)->FindPool("no_such_pool");
+  CHECK(none.status().code() == Code::kNotFound);
+  CHECK(none.status().message().find("no_such_pool") != std::string::npos);
   // Concurrent callers share the connection pool.
   std::vector<std::thread> ts;
   std::atomic<int> ok{0};

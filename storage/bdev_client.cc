@@ -9,14 +9,7 @@
 namespace clio {
 
 Result<BdevClient> BdevClient::Connect(RuntimeClient* rpc, std::string_view pool_name) {
-  Encoder e;
-  e.PutBytes(pool_name);
-  CLIO_ASSIGN_OR_RETURN(std::string reply,
-                        rpc->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), e.buffer()));
-  Decoder d(reply);
-  uint32_t id = 0;
-  d.Get(&id);
-  CLIO_RETURN_IF_ERROR(d.Finish("FindPool reply"));
+  CLIO_ASSIGN_OR_RETURN(uint32_t id, rpc->FindPool(pool_name));
   return BdevClient(rpc, id);
 }
 

@@ -179,17 +179,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "clio-fuse: %s\n", client.status().message().c_str());
     return 1;
   }
-  Encoder find;
-  find.PutBytes("clio_fs");
-  auto pool = (*client)->Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), find.buffer());
-  const std::string pd_bytes = pool.ok() ? *pool : std::string();
-  Decoder pd(pd_bytes);
-  uint32_t pool_id = 0;
-  if (!pool.ok() || !pd.Get(&pool_id)) {
+  Result<uint32_t> pool = (*client)->FindPool("clio_fs");
+  if (!pool.ok()) {
     std::fprintf(stderr, "clio-fuse: the runtime serves no filesystem pool 'clio_fs': %s\n",
                  pool.status().message().c_str());
     return 1;
   }
+  const uint32_t pool_id = *pool;
   client->reset();
   co.connect_wait_ms = 30000;  // from now on, ride out a runtime restart
   std::shared_ptr<RuntimeClient> rc = std::move(RuntimeClient::Connect(co)).value();
