@@ -517,16 +517,16 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
   size_t used = 0;
   // Readdirplus entries with a node: the kernel takes a lookup of each once the reply is in.
   std::vector<std::pair<std::string, uint64_t>> handed;
+  Status err;  // answered after the handle's lock is let go, as every reply is
   {
     MutexLock l(&h->mu);
     if (off == 0) h->loaded = false;  // the start (or a rewinddir): the directory as it is now
     const uint64_t first = off >= 2 ? static_cast<uint64_t>(off) - 2 : 0;  // the first entry asked
     if (plus && off > 0 && h->Holds(first) && h->page_changes != State(req)->changes.load()) {
-      Status s = RereadDirFrom(req, ino, h, first);
-      if (!s.ok()) return ReplyErr(req, s);
+      err = RereadDirFrom(req, ino, h, first);
     }
     // Each entry carries the next offset.
-    for (uint64_t i = static_cast<uint64_t>(std::max<off_t>(off, 0));; ++i) {
+    for (uint64_t i = static_cast<uint64_t>(std::max<off_t>(off, 0)); err.ok(); ++i) {
       const char* name;
       InodeAttr a;
       if (i < 2) {
@@ -540,8 +540,9 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
         if (used > 0 && h->loaded && !h->Holds(i - 2)) break;
         auto ent = DirEntryAt(req, ino, h, i - 2);
         if (!ent.ok()) {
-          if (used > 0) break;  // what was gathered goes out; the next call meets the error again
-          return ReplyErr(req, ent.status());
+          // What was gathered goes out; the next call meets the error again.
+          if (used == 0) err = ent.status();
+          break;
         }
         if (*ent == nullptr) break;
         name = (*ent)->name.c_str();
@@ -567,6 +568,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
       if (plus && i >= 2 && a.ino != 0) handed.emplace_back(name, a.ino);
     }
   }
+  if (!err.ok()) return ReplyErr(req, err);
   NodeTable& nodes = State(req)->nodes;
   for (const auto& [name, child] : handed) nodes.Looked(ino, name, child);  // before the reply, as entries
   if (fuse_reply_buf(req, buf.data(), used) != 0)
