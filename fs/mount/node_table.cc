@@ -48,6 +48,20 @@ void NodeTable::Renamed(uint64_t ino, uint64_t new_parent, std::string_view new_
   it->second.name.assign(new_name);
 }
 
+void NodeTable::Exchanged(uint64_t parent_a, std::string_view name_a, uint64_t parent_b,
+                          std::string_view name_b) {
+  MutexLock l(&mu_);
+  for (auto& [ino, n] : nodes_) {
+    if (n.parent == parent_a && n.name == name_a) {
+      n.parent = parent_b;
+      n.name.assign(name_b);
+    } else if (n.parent == parent_b && n.name == name_b) {
+      n.parent = parent_a;
+      n.name.assign(name_a);
+    }
+  }
+}
+
 void NodeTable::BeginOpenChange() {
   MutexLock l(&mu_);
   while (frozen_) cv_.Wait(&mu_);

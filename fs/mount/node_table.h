@@ -42,6 +42,10 @@ class NodeTable {
   void Forget(uint64_t ino, uint64_t n) EXCLUDES(mu_);
   // The entry the node goes by changed (a rename answered by the runtime).
   void Renamed(uint64_t ino, uint64_t new_parent, std::string_view new_name) EXCLUDES(mu_);
+  // RENAME_EXCHANGE swapped the entries (parent_a, name_a) and (parent_b, name_b): the nodes
+  // held under each now go by the other. A scan of the table (exchanges are rare).
+  void Exchanged(uint64_t parent_a, std::string_view name_a, uint64_t parent_b, std::string_view name_b)
+      EXCLUDES(mu_);
 
   // Around an open's or a release's runtime call and the Opened/Released that follows: waits
   // while a Freeze() is on.

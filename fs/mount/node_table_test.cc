@@ -28,6 +28,22 @@ TEST_CASE("a node lives while the kernel holds lookups or opens on it") {
   CHECK(t.size() == 0);
 }
 
+TEST_CASE("an exchange swaps the names both nodes go by, and no other") {
+  NodeTable t;
+  t.Looked(1, "a", 7);
+  t.Looked(5, "b", 8);
+  t.Looked(1, "b", 9);  // same name as 8's, another directory: stays
+  t.Exchanged(1, "a", 5, "b");
+  auto nodes = t.Freeze();
+  t.Thaw();
+  REQUIRE(nodes.size() == 3);
+  for (const auto& n : nodes) {
+    if (n.ino == 7) CHECK((n.parent == 5 && n.name == "b"));
+    else if (n.ino == 8) CHECK((n.parent == 1 && n.name == "a"));
+    else CHECK((n.parent == 1 && n.name == "b"));
+  }
+}
+
 TEST_CASE("the table keeps the last name a node was handed out under") {
   NodeTable t;
   t.Looked(1, "old", 7);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>  // RENAME_EXCHANGE
 #include <cstring>
 #include <memory>
 #include <string>
@@ -261,7 +262,10 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
       DecodeAttr(&d, &moved) && d.Finish("rename").ok()) {
     if (from.ino == parent) fresh.Put(parent, from, from_stamp);
     if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
-    if (moved.ino != 0) st->nodes.Renamed(moved.ino, newparent, newname);
+    if (flags & RENAME_EXCHANGE)
+      st->nodes.Exchanged(parent, name, newparent, newname);
+    else if (moved.ino != 0)
+      st->nodes.Renamed(moved.ino, newparent, newname);
   }
   fuse_reply_err(req, 0);
 }
