@@ -3,7 +3,8 @@
 
 Layers, lowest first: common < daemon < storage < placement < fs < cli. A file may include its
 own layer and those below it. Inside fs/, the two processes' folders stay apart: fs/protocol/
-includes neither fs/namespace/ nor fs/mount/, and those two never include each other.
+includes neither fs/namespace/ nor fs/mount/, and those two never include each other; the
+client side (fs/protocol/, fs/mount/) includes no placement/ or storage/ either (fs/README.md).
 bench/, tests/ and examples/ sit above every layer.
 
   scripts/check_includes.py [ROOT]     (exit 1 and one line per violation)
@@ -15,9 +16,9 @@ import sys
 
 LAYERS = ["common", "daemon", "storage", "placement", "fs", "cli"]
 # Folders inside a layer that must not include each other's code: (folder, what it may not include).
-APART = [("fs/protocol/", ("fs/namespace/", "fs/mount/")),
+APART = [("fs/protocol/", ("fs/namespace/", "fs/mount/", "placement/", "storage/")),
          ("fs/namespace/", ("fs/mount/",)),
-         ("fs/mount/", ("fs/namespace/",))]
+         ("fs/mount/", ("fs/namespace/", "placement/", "storage/"))]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
@@ -42,7 +43,7 @@ def violations(root):
                         for folder, banned in APART:
                             if rel.startswith(folder) and target.startswith(banned):
                                 yield (f"{rel}:{lineno}: {folder} includes {target} "
-                                       f"({folder} and {target.split('/')[0]}/{target.split('/')[1]}/ share only fs/protocol/)")
+                                       f"(not allowed in {folder}: fs/README.md says what each fs/ folder may include)")
 
 
 def self_test():
@@ -50,14 +51,15 @@ def self_test():
     with tempfile.TemporaryDirectory() as root:
         files = {"common/ok.h": '#include "common/status.h"\n',
                  "storage/up.cc": '#include <vector>\n#include "placement/cte.h"\n',
-                 "fs/mount/apart.cc": '#include "fs/protocol/fs_protocol.h"\n#include "fs/namespace/namespace.h"\n',
+                 "fs/mount/apart.cc": '#include "fs/protocol/fs_protocol.h"\n#include "fs/namespace/namespace.h"\n'
+                                      '#include "daemon/ipc.h"\n#include "placement/cte.h"\n',
                  "cli/top.cc": '#include "fs/mount/fuse_session.h"\n#include "fs/namespace/fs_pool.h"\n'}
         for rel, text in files.items():
             os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
             with open(os.path.join(root, rel), "w") as f:
                 f.write(text)
         got = list(violations(root))
-    want = ["storage/up.cc:2:", "fs/mount/apart.cc:2:"]
+    want = ["storage/up.cc:2:", "fs/mount/apart.cc:2:", "fs/mount/apart.cc:4:"]
     ok = len(got) == len(want) and all(any(v.startswith(w) for v in got) for w in want)
     print("\n".join(got))
     print("check_includes self-test:", "ok" if ok else f"FAILED: expected exactly {want}")
