@@ -470,6 +470,14 @@ Result<FuseMount::Reattached> FuseMount::RuntimeRestarted() {
     }
     gone.swap(again);
   }
+  // The names of the nodes that remain: a change lost in the crash (a rename not yet
+  // committed) may have left the kernel a name the runtime gives to another node or to none,
+  // and a later directory fsync would then commit what the user never saw. Dropped, each name
+  // is looked up again. (Only the last name a node was handed out under is known; the other
+  // links of a file keep theirs until the entry timeout.)
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (exists[i] && nodes[i].parent != 0)
+      (void)fuse_lowlevel_notify_inval_entry(se, nodes[i].parent, nodes[i].name.data(), nodes[i].name.size());
   // Then what the kernel caches of every node: attributes, and pages (dirty ones written
   // back first; to a node that is gone that fails with ESTALE and stores nothing).
   for (const NodeTable::Node& n : nodes) (void)fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
