@@ -103,7 +103,7 @@ Status Cte::Recover() {
   CLIO_ASSIGN_OR_RETURN(auto known, KnownTiers());
   const TierSnapshot tiers = Tiers();
   std::map<uint64_t, ExtentList> referenced;
-  std::vector<uint64_t> tags;  // ascending: the keys are in (tag, blob) order
+  std::vector<StartTag> tags;  // ascending: the keys are in (tag, blob) order
   uint64_t dropped = 0, entries = 0;
   std::string after;
   while (true) {
@@ -112,15 +112,22 @@ Status Cte::Recover() {
     for (auto& [key, value] : page) {
       ++entries;
       uint64_t tag = 0, blob = 0;
-      if (!ParseBlobKey(key, &tag, &blob)) {
+      const bool parsed = ParseBlobKey(key, &tag, &blob);
+      if (!parsed) {
         CLIO_LOG_WARN("blob index key of {} bytes does not parse; left alone", key.size());
-      } else if (tags.empty() || tags.back() != tag) {
-        tags.push_back(tag);
+      } else if (tags.empty() || tags.back().tag != tag) {
+        tags.push_back(StartTag{.tag = tag});
       }
       auto e = DecodeBlobEntry(value);
       if (!e.ok()) return e.status().WithContext("blob index key of " + std::to_string(key.size()) + " bytes");
       BlobEntry kept;
       bool changed = false;
+      RangeSet dropped_written;
+      for (BlobCopy& c : e->copies) {
+        const Tier* t = TierIn(*tiers, c.tier_id);
+        if (!t || t->is_volatile)
+          for (const auto& r : c.written.ranges()) dropped_written.Add(r.begin, r.end);
+      }
       for (BlobCopy& c : e->copies) {
         Tier* t = TierIn(*tiers, c.tier_id);
         if (!t) {
@@ -143,6 +150,7 @@ Status Cte::Recover() {
         list.insert(list.end(), c.extents.begin(), c.extents.end());
         kept.copies.push_back(std::move(c));
       }
+      if (parsed) NoteStartBlob(&tags.back(), blob, kept, dropped_written);
       if (!changed) continue;
       if (kept.copies.empty())
         batch.Delete(key);
@@ -196,7 +204,21 @@ uint64_t Cte::KeptRoom() const { return reservations_->kept(); }
 
 uint64_t Cte::KeptUnfilled() const { return reservations_->kept_unfilled(); }
 
-std::vector<uint64_t> Cte::TakeStartTags() {
+void Cte::NoteStartBlob(StartTag* st, uint64_t blob, const BlobEntry& kept, const RangeSet& dropped) {
+  st->stored += kept.stored();
+  if (kept.size() > 0) {  // blobs come in ascending order: the last one seen is the highest
+    st->has_data = true;
+    st->last_blob = blob;
+    st->last_end = kept.size();
+  }
+  if (dropped.empty()) return;
+  RangeSet held;
+  for (const BlobCopy& c : kept.copies)
+    for (const auto& r : c.written.ranges()) held.Add(r.begin, r.end);
+  if (!dropped.Minus(held).empty()) st->lost = true;
+}
+
+std::vector<StartTag> Cte::TakeStartTags() {
   MutexLock l(&start_tags_mu_);
   return std::exchange(start_tags_, {});
 }

@@ -155,6 +155,17 @@ struct CopyLocation {
   bool operator==(const CopyLocation&) const = default;
 };
 
+// One tag of the blob index as Open() found it, after dropping the copies on volatile tiers.
+struct StartTag {
+  uint64_t tag = 0;
+  uint64_t stored = 0;     // bytes that hold data, over all its blobs (BlobEntry::stored)
+  bool has_data = false;   // some blob holds written bytes; then:
+  uint64_t last_blob = 0;  //   the highest such blob
+  uint64_t last_end = 0;   //   and where its written bytes end (BlobEntry::size)
+  // A dropped copy held bytes no remaining copy holds: data never flushed, lost in a crash.
+  bool lost = false;
+};
+
 // What Drain() has done to a tier so far (GetDrainProgress).
 struct DrainProgress {
   bool draining = false;      // marked: nothing new is placed on the tier
@@ -204,9 +215,10 @@ class Cte {
   Result<std::vector<uint64_t>> ListBlobs(uint64_t tag);
   // Removes every blob of the tag.
   Status DelTag(uint64_t tag);
-  // The tags the blob index held at Open(), ascending, once (later calls get none): the
-  // filesystem checks that each names a file that exists.
-  std::vector<uint64_t> TakeStartTags() EXCLUDES(start_tags_mu_);
+  // What the blob index held for each tag at Open() (after volatile copies were dropped),
+  // ascending by tag, once (later calls get none): the filesystem checks that each names a
+  // file that exists and that the file's size agrees with its bytes.
+  std::vector<StartTag> TakeStartTags() EXCLUDES(start_tags_mu_);
   // Keeps room on the persistent tiers for a `size`-byte copy of the blob whatever it holds
   // (fallocate), until set to 0 (the caller lets it go: removing the blob does not): its own
   // writes, flushes and moves then never meet NoSpace for room others took, however often it
@@ -521,8 +533,11 @@ class Cte {
   std::thread drain_resumer_ GUARDED_BY(resume_mu_);
   // Written by drain_resumer_ only; read after joining it (the join orders the write first).
   Status resumed_drains_;
+  // Adds one blob of the tag, as Recover() kept it, to its StartTag; `dropped` is what the
+  // copies it dropped had written.
+  static void NoteStartBlob(StartTag* st, uint64_t blob, const BlobEntry& kept, const RangeSet& dropped);
   Mutex start_tags_mu_;
-  std::vector<uint64_t> start_tags_ GUARDED_BY(start_tags_mu_);  // filled by Recover()
+  std::vector<StartTag> start_tags_ GUARDED_BY(start_tags_mu_);  // filled by Recover()
   // What the KV store's commit thread may touch of this CTE: the pre-commit hook and deferred
   // frees outlive the Cte object (the store closes after the pools), so they go through this
   // shared state and do nothing once the tiers are closed.

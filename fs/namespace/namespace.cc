@@ -141,29 +141,47 @@ Status Namespace::RecoverInodes() {
   }
   // Every inode, in number order, against the tags the blob index held at start (also in
   // order): a tag with no inode is data of a file that does not exist (nothing can reach
-  // it; a later file must never inherit it).
-  const std::vector<uint64_t> tags = cte_->TakeStartTags();
+  // it; a later file must never inherit it); a file's size and bytes must agree.
+  const std::vector<StartTag> tags = cte_->TakeStartTags();
+  uint64_t last_run = 0;  // none recorded (a new store, or one from before the records)
+  CLIO_ASSIGN_OR_RETURN(auto lr, kv_->Get(kLastRunKey));
+  if (lr && !(Decoder(*lr).Get(&last_run) && lr->size() == sizeof(uint64_t))) {
+    CLIO_LOG_WARN("metadata key {} is damaged; no file is shortened to a durable size at this start", kLastRunKey);
+    last_run = 0;
+  }
   std::vector<uint64_t> strays;
   size_t t = 0;
   uint64_t highest = kRootIno, inodes = 0;
+  StartRepairs repairs;
   std::string after;
   while (true) {
     CLIO_ASSIGN_OR_RETURN(KvPairs page, kv_->Scan("i/", after, kScanPage));
+    KvBatch fixes;
     for (auto& [k, v] : page) {
       if (k.size() != 10) {
         CLIO_LOG_WARN("metadata key of {} bytes under i/ is not an inode key; ignored", k.size());
         continue;
       }
       const uint64_t ino = ReadBigEndian64(std::string_view(k).substr(2));
-      while (t < tags.size() && tags[t] < ino) strays.push_back(tags[t++]);
-      if (t < tags.size() && tags[t] == ino) ++t;
+      while (t < tags.size() && tags[t].tag < ino) strays.push_back(tags[t++].tag);
+      const StartTag* st = t < tags.size() && tags[t].tag == ino ? &tags[t++] : nullptr;
+      CLIO_RETURN_IF_ERROR(ReconcileFile(ino, v, st, last_run, &fixes, &repairs));
       highest = std::max(highest, ino);
       ++inodes;
     }
+    if (!fixes.empty()) CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(fixes)));
     if (page.size() < kScanPage) break;
     after = page.back().first;
   }
-  while (t < tags.size()) strays.push_back(tags[t++]);
+  while (t < tags.size()) strays.push_back(tags[t++].tag);
+  if (repairs.clipped != 0)
+    CLIO_LOG_WARN("{} files had bytes past their size (writes whose size update a crash lost); clipped",
+                  repairs.clipped);
+  if (repairs.lost != 0)
+    CLIO_LOG_WARN("{} files lost bytes that were never flushed or fsynced (a crash); {} of them had a size "
+                  "past their remaining bytes and were shortened to them", repairs.lost, repairs.shrunk);
+  if (repairs.recounted != 0)
+    CLIO_LOG_INFO("stored-byte counts (st_blocks) of {} files set from the blob index", repairs.recounted);
   if (highest > kMaxIno) return Corruption("inode " + std::to_string(highest) + " is past the largest inode number");
   if (!hwm && !legacy) {
     // A new filesystem (nothing but the root) starts at 2; inodes without a mark are damage.
@@ -192,6 +210,15 @@ Status Namespace::RecoverInodes() {
     CLIO_LOG_WARN("removed the blobs of {} inode numbers that have no inode (the first: {}): data of files "
                   "whose creation a crash lost, or of a damaged index", removed, strays.front());
   }
+  {
+    // From here on the durable-size records of this run count (after the repairs above: a
+    // crash before the sync below leaves neither or both).
+    KvBatch b;
+    Encoder e;
+    e.Put<uint64_t>(incarnation_);
+    b.Put(std::string(kLastRunKey), e.Take());
+    CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(b)));
+  }
   // This run's numbers start at the old mark: past everything handed out before, so a kernel
   // holding a node id from before the restart never meets it on another file.
   next_ino_ = mark;
@@ -199,6 +226,57 @@ Status Namespace::RecoverInodes() {
   CLIO_RETURN_IF_ERROR(ReserveInodes());
   CLIO_LOG_INFO("{} inodes (the highest {}); new inode numbers from {}, reserved up to {}", inodes + 1, highest,
                 next_ino_, ino_hwm_);
+  return Status::Ok();
+}
+
+Status Namespace::ReconcileFile(uint64_t ino, std::string_view value, const StartTag* st, uint64_t last_run,
+                                KvBatch* b, StartRepairs* r) {
+  std::string target;
+  auto decoded = DecodeInode(value, &target);
+  if (!decoded.ok() || !S_ISREG(decoded->mode)) return Status::Ok();  // a damaged record fails when used
+  InodeAttr a = std::move(decoded).value();
+  // Where the file's bytes end; a damaged index naming a blob past every file counts as past it.
+  uint64_t end = 0;
+  if (st && st->has_data)
+    end = st->last_blob >= kMaxFileSize / chunk_size_ ? kMaxFileSize + 1 : st->last_blob * chunk_size_ + st->last_end;
+  const InodeAttr before = a;
+  int64_t delta = 0;
+  constexpr uint64_t kLogEach = 16;  // files named one by one; the rest are counted
+  if (end > a.size) {
+    CLIO_RETURN_IF_ERROR(ClipData(ino, a.size, &delta));
+    if (++r->clipped <= kLogEach)
+      CLIO_LOG_WARN("metadata key i/{}: the blobs of inode {} held bytes up to {}, past its size {} (a write "
+                    "whose size update a crash lost); clipped to the size", ino, ino, end, a.size);
+    end = a.size;
+  }
+  if (st && st->lost) {
+    ++r->lost;
+    // What was durable stays (the size at the crashed run's start or last fsync); past it,
+    // only what the crash left. A file whose size that run never changed keeps it.
+    uint64_t durable = a.size;
+    CLIO_ASSIGN_OR_RETURN(auto dv, kv_->Get(DurableSizeKey(ino)));
+    if (dv) {
+      auto d = DecodeDurableSize(*dv);
+      if (!d.ok()) {
+        CLIO_LOG_WARN("metadata key s/{} is damaged ({}); the size of inode {} is kept", ino, d.status().message(), ino);
+      } else if (d->run == last_run && last_run != 0) {
+        durable = d->size;
+      }
+    }
+    const uint64_t floor = std::max(durable, end);
+    if (a.size > floor) {
+      if (++r->shrunk <= kLogEach)
+        CLIO_LOG_WARN("metadata key i/{}: the size {} of inode {} covered bytes a crash lost (never flushed or "
+                      "fsynced; {} remain, {} were durable); size set to {}", ino, a.size, ino, end, durable, floor);
+      a.size = floor;
+    }
+  }
+  const uint64_t stored = st ? (delta < 0 && static_cast<uint64_t>(-delta) > st->stored ? 0 : st->stored + delta) : 0;
+  if (a.stored != stored) {
+    ++r->recounted;
+    a.stored = stored;
+  }
+  if (a.size != before.size || a.stored != before.stored) b->Put(InodeKey(ino), EncodeInode(a, target));
   return Status::Ok();
 }
 
@@ -352,6 +430,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, &target));
   int64_t now = NowNs();
   bool shrink = false, clip_kept = false;
+  KvBatch b;
   if (req.valid & kSetSize) {
     if (S_ISDIR(a.mode)) return Status(Code::kIsDirectory, "cannot truncate a directory");
     if (!S_ISREG(a.mode)) return InvalidArgument("can only truncate regular files");
@@ -364,6 +443,7 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
       AddStored(&a, delta);
     }
     shrink = req.size < a.size;
+    CLIO_RETURN_IF_ERROR(NoteSizeChange(ino, a.size, req.size, &b));
     // Room fallocate kept past the new end goes, as a truncation frees preallocated blocks
     // past it (also one to the same size; growing keeps them).
     clip_kept = req.size <= a.size && !KeptOf(ino).empty() && KeptOf(ino).max_end() > req.size;
@@ -378,7 +458,6 @@ Result<InodeAttr> Namespace::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (req.valid & kSetMtimeNow) a.mtime_ns = now;
   else if (req.valid & kSetMtime) a.mtime_ns = req.mtime_ns;
   a.ctime_ns = (req.valid & kSetCtime) ? req.ctime_ns : now;
-  KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, target));
   if (shrink) {
     // The new size and the intent to clip commit together; a crash before the blobs are
@@ -432,7 +511,10 @@ Result<InodeAttr> Namespace::MakeNode(uint64_t parent, std::string_view name, ui
   b.Put(dkey, EncodeDentry(a.ino, a.mode));
   b.Put(InodeKey(a.ino), EncodeInode(a, target));
   b.Put(InodeKey(parent), EncodeInode(dir, {}));
+  // A new file's durable size is 0 until an fsync: its writes need not look it up.
+  if (S_ISREG(mode)) b.Put(DurableSizeKey(a.ino), EncodeDurableSize({0, incarnation_}));
   CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
+  if (S_ISREG(mode)) NotedDurable(a.ino);
   if (dir_out != nullptr) *dir_out = dir;
   return a;
 }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <string_view>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -33,6 +34,7 @@ namespace clio {
 class Cte;
 class KvBatch;
 class KvStore;
+struct StartTag;
 
 // Largest file size and offset (well inside off_t).
 inline constexpr uint64_t kMaxFileSize = (1ull << 62);
@@ -184,6 +186,26 @@ class Namespace {
   // At Open: the next inode number and a newly reserved, synced high-water mark past every
   // number handed out before; blobs of tags with no inode are removed.
   Status RecoverInodes() REQUIRES(mu_);
+  // What RecoverInodes repaired, for its log lines.
+  struct StartRepairs {
+    uint64_t clipped = 0;     // files whose blobs held bytes past their size
+    uint64_t shrunk = 0;      // files whose size covered bytes a crash lost
+    uint64_t lost = 0;        // files that lost unsynced bytes (shrunk or not)
+    uint64_t recounted = 0;   // files whose stored-byte count disagreed with the index
+  };
+  // At Open, for one inode record: its size and stored count against what the blob index
+  // holds of it (`st`, null for none). Bytes past the size are clipped (a write whose size
+  // update was lost); a size past the bytes a crash left is lowered to them, never below its
+  // size at the last durable point (data and size never disagree, as after ext4's ordered
+  // mode); the stored count is set from the index. `last_run`: the run that crashed, whose
+  // durable-size records count. Repairs go into `b`.
+  Status ReconcileFile(uint64_t ino, std::string_view value, const StartTag* st, uint64_t last_run, KvBatch* b,
+                       StartRepairs* r) REQUIRES(mu_);
+  // A change of a file's size from `old_size` to `new_size` going into `b`: the first in this
+  // run records the size it had at the run's start or its last fsync (ns::DurableSizeKey);
+  // one below the record lowers it.
+  Status NoteSizeChange(uint64_t ino, uint64_t old_size, uint64_t new_size, KvBatch* b) REQUIRES(mu_);
+  void NotedDurable(uint64_t ino) REQUIRES(mu_);
   // Reserves the next batch of inode numbers durably (a synced commit) once the last is used.
   Status ReserveInodes() REQUIRES(mu_);
   // Finishes truncations a stop or crash interrupted.
@@ -239,6 +261,9 @@ class Namespace {
   std::map<uint64_t, RangeSet> kept_ GUARDED_BY(mu_);  // fallocate's ranges, by inode
   // Orphans are kept for their holders (NamespaceOptions::orphan_reclaim_s); set at Open.
   bool reclaiming_ GUARDED_BY(mu_) = false;
+  // Files whose durable-size record (ns_keys.h) this run has written: a later growth of
+  // their size needs no look at it. Forgotten past a bound (that only costs a look).
+  std::unordered_set<uint64_t> durable_noted_ GUARDED_BY(mu_);
 
   Mutex reclaim_mu_;  // after mu_ in the lock order
   CondVar reclaim_cv_;

@@ -987,3 +987,153 @@ TEST_CASE("the incarnation differs at each start; the inode mark only grows") {
   CHECK(f.ns->incarnation() != first);
   CHECK(f.ns->inode_high_water() > hwm);
 }
+
+TEST_CASE("a size covering bytes a crash lost is shortened to what remains, never below the durable size") {
+  NsFixture f(/*flush_interval_ms=*/3600000);  // the flusher runs only when asked
+  f.commit_interval_ms = 3600 * 1000;           // only syncs commit
+  f.Restart();
+  f.CrashAfter([](NsFixture& c) -> std::string {
+    auto must = [](const Status& s, const char* what) {
+      if (!s.ok()) throw std::string(what) + ": " + s.ToString();
+    };
+    auto create = [&](const char* name) {
+      auto a = c.ns->Create(kRootIno, name, 0644, 0, 0);
+      must(a.status(), name);
+      must(c.ns->Release(a->ino), name);
+      return a->ino;
+    };
+    SetAttrRequest size;
+    size.valid = kSetSize;
+    // grown: 5,000 bytes fsynced, then 60,000 more that stay on the RAM tier.
+    const uint64_t grown = create("grown");
+    must(c.ns->Write(grown, 0, std::string(5000, 'a')).status(), "write grown");
+    must(c.ns->Fsync(grown), "fsync grown");
+    must(c.ns->Write(grown, 5000, std::string(60000, 'b')).status(), "extend grown");
+    // extended: 3,000 bytes, extended by truncate to 100,000, fsynced; then a lost write far out.
+    const uint64_t extended = create("extended");
+    must(c.ns->Write(extended, 0, std::string(3000, 'c')).status(), "write extended");
+    size.size = 100000;
+    must(c.ns->SetAttr(extended, size).status(), "truncate extended up");
+    must(c.ns->Fsync(extended), "fsync extended");
+    must(c.ns->Write(extended, 200000, "lost").status(), "write extended far");
+    // never: written, never flushed nor fsynced.
+    const uint64_t never = create("never");
+    must(c.ns->Write(never, 0, std::string(4000, 'n')).status(), "write never");
+    // cut: 8,000 fsynced, truncated to 2,000, then 6,000 unsynced bytes.
+    const uint64_t cut = create("cut");
+    must(c.ns->Write(cut, 0, std::string(8000, 'm')).status(), "write cut");
+    must(c.ns->Fsync(cut), "fsync cut");
+    size.size = 2000;
+    must(c.ns->SetAttr(cut, size).status(), "truncate cut");
+    must(c.ns->Write(cut, 2000, std::string(6000, 'o')).status(), "extend cut");
+    // whole: fsynced and left alone.
+    const uint64_t whole = create("whole");
+    must(c.ns->Write(whole, 0, std::string(5000, 'w')).status(), "write whole");
+    must(c.ns->Fsync(whole), "fsync whole");
+    // sparse: flushed (as the flusher does, no fsync), extended by truncate: nothing was lost.
+    const uint64_t sparse = create("sparse");
+    must(c.ns->Write(sparse, 0, "0123456789").status(), "write sparse");
+    size.size = 1000000;
+    must(c.ns->SetAttr(sparse, size).status(), "truncate sparse up");
+    must(c.cte->FlushTag(sparse), "flush sparse");
+    // Every size above commits (a group commit), none of the unsynced bytes do.
+    must(c.kv->Sync(), "sync");
+    return "";
+  });
+  auto attr = [&](const char* name) {
+    auto a = f.ns->Lookup(kRootIno, name);
+    REQUIRE_MESSAGE(a.ok(), name);
+    return *a;
+  };
+  const InodeAttr grown = attr("grown");
+  CHECK(grown.size == 5000);
+  CHECK(grown.stored == 5000);
+  CHECK(*f.ns->Read(grown.ino, 0, 100000) == std::string(5000, 'a'));
+  const InodeAttr extended = attr("extended");
+  CHECK(extended.size == 100000);  // the fsynced size stays, though no bytes back its end
+  std::string want = std::string(3000, 'c') + std::string(97000, '\0');
+  CHECK(*f.ns->Read(extended.ino, 0, 300000) == want);
+  CHECK(attr("never").size == 0);
+  CHECK(attr("never").stored == 0);
+  const InodeAttr cut = attr("cut");
+  CHECK(cut.size == 2000);
+  CHECK(*f.ns->Read(cut.ino, 0, 10000) == std::string(2000, 'm'));
+  CHECK(attr("whole").size == 5000);
+  CHECK(*f.ns->Read(attr("whole").ino, 0, 10000) == std::string(5000, 'w'));
+  CHECK(attr("sparse").size == 1000000);  // a hole at the end is no loss
+  CHECK(f.ns->Read(attr("sparse").ino, 0, 10)->substr(0, 10) == "0123456789");
+  // Done once: a second start finds nothing to repair and changes nothing.
+  f.Restart();
+  CHECK(attr("grown").size == 5000);
+  CHECK(attr("extended").size == 100000);
+  // The fsynced size goes with the file.
+  REQUIRE(f.kv->Get(ns::DurableSizeKey(grown.ino))->has_value());
+  uint64_t gone = 0;
+  REQUIRE(f.ns->Unlink(kRootIno, "grown", &gone).ok());
+  CHECK(gone == grown.ino);
+  CHECK_FALSE(f.kv->Get(ns::DurableSizeKey(grown.ino))->has_value());
+}
+
+TEST_CASE("bytes past a file's size and a wrong stored count are repaired at start") {
+  NsFixture f;
+  const uint64_t ino = f.Create(kRootIno, "f");
+  REQUIRE(f.ns->Write(ino, 0, "abc").ok());
+  // What a crash that lost the size updates of two writes leaves: bytes past the end, in the
+  // file's own chunk and two chunks on, on the persistent tier.
+  REQUIRE(f.cte->PutBlob(ino, 0, 3, "STALE").ok());
+  REQUIRE(f.cte->PutBlob(ino, 2, 0, "far").ok());
+  REQUIRE(f.cte->FlushTag(ino).ok());
+  // And a stored count (st_blocks) that drifted.
+  std::string target;
+  auto rec = f.kv->Get(ns::InodeKey(ino));
+  REQUIRE((rec.ok() && rec->has_value()));
+  InodeAttr a = *ns::DecodeInode(**rec, &target);
+  a.stored = 123456789;
+  KvBatch b;
+  b.Put(ns::InodeKey(ino), ns::EncodeInode(a, target));
+  REQUIRE(f.kv->Apply(std::move(b)).ok());
+  REQUIRE(f.kv->Sync().ok());
+  f.Restart();
+  CHECK(*f.cte->ListBlobs(ino) == std::vector<uint64_t>{0});
+  CHECK(f.cte->BlobRanges(ino, 0)->bytes() == 3);
+  const InodeAttr after = *f.ns->GetAttr(ino);
+  CHECK(after.size == 3);
+  CHECK(after.stored == 3);
+  // A write far past the end leaves a hole that reads as zeros, not the stale bytes.
+  const uint64_t far = 2 * f.options.chunk_size + 10;
+  REQUIRE(f.ns->Write(ino, far, "z").ok());
+  const std::string all = *f.ns->Read(ino, 0, static_cast<uint32_t>(far + 1));
+  CHECK(all == std::string("abc") + std::string(far - 3, '\0') + "z");
+}
+
+TEST_CASE("what a start found is durable: a later crash never shortens a file below it") {
+  NsFixture f(/*flush_interval_ms=*/3600000);
+  f.commit_interval_ms = 3600 * 1000;
+  f.Restart();
+  // First run: 3,000 bytes fsynced, then a truncation up to 50,000 that commits unsynced.
+  f.CrashAfter([](NsFixture& c) -> std::string {
+    auto a = c.ns->Create(kRootIno, "f", 0644, 0, 0);
+    if (!a.ok() || !c.ns->Release(a->ino).ok()) throw std::string("create");
+    if (!c.ns->Write(a->ino, 0, std::string(3000, 'a')).ok() || !c.ns->Fsync(a->ino).ok())
+      throw std::string("write and fsync");
+    SetAttrRequest grow;
+    grow.valid = kSetSize;
+    grow.size = 50000;
+    if (!c.ns->SetAttr(a->ino, grow).ok() || !c.kv->Sync().ok()) throw std::string("truncate up");
+    return "";
+  });
+  REQUIRE(f.ns->Lookup(kRootIno, "f")->size == 50000);  // nothing was lost: the size stays
+  // Second run: a write past that end, lost with the RAM tier; its size commits.
+  f.CrashAfter([](NsFixture& c) -> std::string {
+    auto a = c.ns->Lookup(kRootIno, "f");
+    if (!a.ok()) throw a.status().ToString();
+    if (!c.ns->Write(a->ino, 60000, std::string(100, 'x')).ok() || !c.kv->Sync().ok())
+      throw std::string("write past the end");
+    return "";
+  });
+  // The state the first restart showed (50,000, a hole after 3,000) is where it goes back to,
+  // not the 3,000 of the last fsync.
+  const InodeAttr a = *f.ns->Lookup(kRootIno, "f");
+  CHECK(a.size == 50000);
+  CHECK(*f.ns->Read(a.ino, 0, 100000) == std::string(3000, 'a') + std::string(47000, '\0'));
+}

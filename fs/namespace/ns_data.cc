@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "common/codec.h"
 #include "common/log.h"
@@ -107,10 +108,12 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
     return Status(Code::kStale, "inode " + Hex(ino) + " was removed during the write");
   }
   CLIO_ASSIGN_OR_RETURN(a, DecodeInode(*v, nullptr));
+  KvBatch b;
+  const uint64_t old_size = a.size;
   a.size = std::max<uint64_t>(a.size, offset + done);
+  CLIO_RETURN_IF_ERROR(NoteSizeChange(ino, old_size, a.size, &b));
   AddStored(&a, stored_delta);
   if (touch_times) a.mtime_ns = a.ctime_ns = NowNs();
-  KvBatch b;
   b.Put(InodeKey(ino), EncodeInode(a, {}));
   CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
   return done;
@@ -118,7 +121,51 @@ Result<uint64_t> Namespace::Write(uint64_t ino, uint64_t offset, std::string_vie
 
 Status Namespace::Fsync(uint64_t ino) {
   CLIO_RETURN_IF_ERROR(cte_->FlushTag(ino));
+  {
+    // The size the flushed bytes back is durable from here: a crash that later loses
+    // unsynced bytes of the file never takes it below this (ReconcileFile).
+    MutexLock l(&mu_);
+    CLIO_ASSIGN_OR_RETURN(auto v, kv_->Get(InodeKey(ino)));
+    if (!v) return NoInode(ino);
+    CLIO_ASSIGN_OR_RETURN(InodeAttr a, DecodeInode(*v, nullptr));
+    if (S_ISREG(a.mode)) {
+      CLIO_ASSIGN_OR_RETURN(auto was, kv_->Get(DurableSizeKey(ino)));
+      std::string now = EncodeDurableSize({a.size, incarnation_});
+      if (!was || *was != now) {
+        KvBatch b;
+        b.Put(DurableSizeKey(ino), std::move(now));
+        CLIO_RETURN_IF_ERROR(Commit(std::move(b)));
+      }
+      NotedDurable(ino);
+    }
+  }
   return kv_->Sync();
+}
+
+void Namespace::NotedDurable(uint64_t ino) {
+  constexpr size_t kMaxNoted = 1u << 20;
+  if (durable_noted_.size() >= kMaxNoted) durable_noted_.clear();
+  durable_noted_.insert(ino);
+}
+
+Status Namespace::NoteSizeChange(uint64_t ino, uint64_t old_size, uint64_t new_size, KvBatch* b) {
+  if (new_size == old_size) return Status::Ok();
+  const bool noted = durable_noted_.contains(ino);
+  if (noted && new_size > old_size) return Status::Ok();  // growth keeps the record this run wrote
+  // Before the first change of this run the size is the one the run started with (or the
+  // last fsync's, which wrote its record).
+  DurableSize rec{old_size, incarnation_};
+  std::optional<std::string> was;
+  CLIO_ASSIGN_OR_RETURN(was, kv_->Get(DurableSizeKey(ino)));
+  if (was) {
+    auto d = DecodeDurableSize(*was);
+    if (d.ok() && d->run == incarnation_) rec = *d;
+  }
+  rec.size = std::min(rec.size, new_size);  // a truncation below it lowers it
+  std::string now = EncodeDurableSize(rec);
+  if (!was || *was != now) b->Put(DurableSizeKey(ino), std::move(now));
+  NotedDurable(ino);
+  return Status::Ok();
 }
 
 Result<FileLocation> Namespace::Locate(uint64_t ino) {
@@ -311,7 +358,11 @@ Status Namespace::Fallocate(uint64_t ino, uint32_t mode, uint64_t offset, uint64
   if (!keep || punch) {
     // The default mode sets the size (and the times); a punch changes the bytes. KEEP_SIZE
     // alone changes neither.
-    if (!keep) a.size = std::max(a.size, offset + len);
+    if (!keep) {
+      const uint64_t old_size = a.size;
+      a.size = std::max(a.size, offset + len);
+      CLIO_RETURN_IF_ERROR(NoteSizeChange(ino, old_size, a.size, &b));
+    }
     AddStored(&a, stored_delta);
     a.mtime_ns = a.ctime_ns = NowNs();
     b.Put(InodeKey(ino), EncodeInode(a, {}));

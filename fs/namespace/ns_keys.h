@@ -59,6 +59,40 @@ inline std::string TruncateKey(uint64_t ino) {
   return k;
 }
 
+// The size a file had at its last durable point in the run that wrote the record: its last
+// fsync, or else the start of that run (what a start finds is durable: it came from disk).
+// Written with the first change of the size after that point, by an fsync, and lowered with
+// a truncation below it; gone with the file. A start after a crash never shortens a file
+// below the record of the run that crashed (Namespace::ReconcileFile); a record of an older
+// run means the size did not change since that run's start. u8 version (1), u64 size, u64 run
+// (the writing run's incarnation).
+inline std::string DurableSizeKey(uint64_t ino) {
+  std::string k = "s/";
+  AppendBigEndian64(&k, ino);
+  return k;
+}
+struct DurableSize {
+  uint64_t size = 0;
+  uint64_t run = 0;
+};
+inline std::string EncodeDurableSize(const DurableSize& d) {
+  Encoder e;
+  e.Put<uint8_t>(1).Put<uint64_t>(d.size).Put<uint64_t>(d.run);
+  return e.Take();
+}
+inline Result<DurableSize> DecodeDurableSize(std::string_view v) {
+  Decoder d(v);
+  uint8_t version = 0;
+  DurableSize out;
+  d.Get(&version) && d.Get(&out.size) && d.Get(&out.run);
+  CLIO_RETURN_IF_ERROR(d.Finish("durable size record"));
+  if (version != 1) return Corruption("durable size record has unknown version " + std::to_string(version));
+  return out;
+}
+// The incarnation of the run that last started (u64): whose durable-size records a start
+// after a crash holds the files to.
+constexpr std::string_view kLastRunKey = "m/last_run";
+
 // Room kept by fallocate (default mode and KEEP_SIZE): u8 version (1), u32 n, n x (u64 begin,
 // u64 end), the file's byte ranges, sorted and disjoint.
 inline std::string KeptKey(uint64_t ino) {

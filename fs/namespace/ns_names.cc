@@ -23,6 +23,8 @@ Status Namespace::DeleteFileKeys(uint64_t ino) {
   b.Delete(InodeKey(ino));
   b.Delete(OrphanKey(ino));
   b.Delete(TruncateKey(ino));
+  b.Delete(DurableSizeKey(ino));
+  durable_noted_.erase(ino);
   const RangeSet kept = KeptOf(ino);
   if (!kept.empty()) {
     CLIO_RETURN_IF_ERROR(KeepRanges(ino, kept, {}));  // letting room go cannot fail
