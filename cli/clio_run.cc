@@ -27,6 +27,7 @@
 #include "daemon/runtime.h"
 #include "fs/namespace/fs_pool.h"
 #include "fs/mount/fuse_session.h"
+#include "fs/protocol/fs_messages.h"
 #include "placement/cte_pool.h"
 #include "storage/bdev_pool.h"
 #include "storage/safe/safe_pool.h"
@@ -130,9 +131,8 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
           fuse = std::move(m).value();
           // A new mount holds nothing yet: files kept for a mount that rode out the last
           // restart (the reclaim window) have no holder here.
-          Encoder none;
-          none.Put<uint32_t>(0).Put<uint8_t>(kReattachBegin | kReattachComplete);
-          if (auto r = rt.Dispatch(id, static_cast<uint32_t>(FsMethod::kReattach), none.buffer()); !r.ok())
+          const std::string none = fsproto::Encode(fsproto::Reattach{.claims = {}, .flags = kReattachBegin | kReattachComplete});
+          if (auto r = rt.Dispatch(id, static_cast<uint32_t>(fsproto::Reattach::kMethod), none); !r.ok())
             CLIO_LOG_WARN("ending the namespace's reclaim window: {}", r.status().ToString());
           fuse->Start(16);
           CLIO_LOG_INFO("mounted the filesystem on {} (in-runtime FUSE session)", fuse->mountpoint());

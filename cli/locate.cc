@@ -14,6 +14,7 @@
 #include "common/codec.h"
 #include "common/size.h"
 #include "daemon/ipc.h"
+#include "fs/protocol/fs_messages.h"
 #include "fs/protocol/fs_protocol.h"
 
 namespace clio {
@@ -53,9 +54,8 @@ int Locate(const CommandContext& ctx, const std::string& path, const std::string
   if (!c.ok()) return Fail(c.status().message());
   auto pool = FindFsPool(*c->client, fs_pool);
   if (!pool.ok()) return Fail(pool.status().message());
-  Encoder req;
-  req.Put<uint64_t>(static_cast<uint64_t>(where->st.st_ino));
-  auto raw = c->client->Call(*pool, static_cast<uint32_t>(FsMethod::kLocate), req.buffer());
+  const fsproto::Locate req{.ino = static_cast<uint64_t>(where->st.st_ino)};
+  auto raw = c->client->Call(*pool, static_cast<uint32_t>(fsproto::Locate::kMethod), fsproto::Encode(req));
   if (!raw.ok()) return Fail("'" + path + "' (inode " + std::to_string(where->st.st_ino) + "): " + raw.status().ToString());
   auto loc = DecodeFileLocation(*raw);
   if (!loc.ok()) return Fail("bad reply from the runtime: " + loc.status().message());

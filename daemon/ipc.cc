@@ -124,6 +124,21 @@ Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes) {
   return out;
 }
 
+CallerClass AdminCallerOf(uint32_t method) {
+  switch (static_cast<AdminMethod>(method)) {
+    case AdminMethod::kPing:
+    case AdminMethod::kStatus:
+    case AdminMethod::kFindPool:
+    case AdminMethod::kListPools:
+    case AdminMethod::kRuntimeStats:
+    case AdminMethod::kOpenChannel:
+    case AdminMethod::kHello:
+      return CallerClass::kReader;
+    default:
+      return CallerClass::kAdmin;  // stop, pool create and destroy, compose stop, unknown
+  }
+}
+
 Result<std::string> DecodeHello(std::string_view payload) {
   Decoder d(payload);
   std::string token;

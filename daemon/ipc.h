@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "daemon/caller.h"
 #include "daemon/defaults.h"
 #include "daemon/pool_query.h"
 
@@ -85,6 +86,11 @@ enum class AdminMethod : uint32_t {
   // wrong token, closes it (PermissionDenied).
   kHello = 11,
 };
+
+// Who may call an admin method: reports (ping, status, pools, stats) are readers'; stop and
+// pool changes the admin's; the transport methods (Hello, OpenChannel) come before any class
+// is known and count as readers'.
+CallerClass AdminCallerOf(uint32_t method);
 
 // The payloads of the transport methods: Hello's token, OpenChannel's wanted data bytes.
 // Corruption for anything else.

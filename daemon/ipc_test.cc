@@ -150,3 +150,13 @@ TEST_CASE("the admin pool lists pools and reports runtime stats") {
   CHECK(DecodeRuntimeStats(std::string_view(*st_raw).substr(1)).status().code() == Code::kCorruption);
   CHECK(DecodePoolList(std::string_view(*raw).substr(0, raw->size() - 1)).status().code() == Code::kCorruption);
 }
+
+TEST_CASE("admin methods name who may call them: reports are readers', changes the admin's") {
+  for (AdminMethod m : {AdminMethod::kPing, AdminMethod::kStatus, AdminMethod::kFindPool, AdminMethod::kListPools,
+                        AdminMethod::kRuntimeStats, AdminMethod::kHello, AdminMethod::kOpenChannel})
+    CHECK(AdminCallerOf(static_cast<uint32_t>(m)) == CallerClass::kReader);
+  for (AdminMethod m : {AdminMethod::kStop, AdminMethod::kCreatePools, AdminMethod::kDestroyPool,
+                        AdminMethod::kComposeStop})
+    CHECK(AdminCallerOf(static_cast<uint32_t>(m)) == CallerClass::kAdmin);
+  CHECK(AdminCallerOf(999) == CallerClass::kAdmin);
+}

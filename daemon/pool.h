@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/caller.h"
 #include "daemon/config.h"
 
 namespace clio {
@@ -21,6 +22,12 @@ class Pool {
   // Handles one client request. Runs on a runtime worker thread; may block on I/O. Must not
   // throw. The returned string is the response payload.
   virtual Result<std::string> Handle(uint32_t method, std::string_view payload) = 0;
+  // Who may call a method (daemon/caller.h): the one place the runtime asks. A method a pool
+  // does not name is the administrator's.
+  virtual CallerClass CallerOf(uint32_t method) const {
+    (void)method;
+    return CallerClass::kAdmin;
+  }
 
   // Tasks that wait. A method for which IsAsync() is true is run by HandleAsync(): the pool
   // starts the task and returns at once; the request's coroutine yields (its worker serves

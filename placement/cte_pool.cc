@@ -295,6 +295,17 @@ std::string CtePool::Describe() const {
   return std::to_string(cte_->ListTiers().size()) + " tiers";
 }
 
+CallerClass CtePool::CallerOf(uint32_t method) const {
+  switch (static_cast<CteMethod>(method)) {
+    case CteMethod::kListTiers:
+    case CteMethod::kDrainProgress:
+    case CteMethod::kWriteback:
+      return CallerClass::kReader;
+    default:
+      return CallerClass::kAdmin;
+  }
+}
+
 Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
   switch (static_cast<CteMethod>(method)) {
     case CteMethod::kListTiers:

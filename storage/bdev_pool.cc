@@ -75,6 +75,16 @@ std::string BdevPool::MonitorJson() const {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+CallerClass BdevPool::CallerOf(uint32_t method) const {
+  switch (static_cast<BdevMethod>(method)) {
+    case BdevMethod::kMonitor:
+    case BdevMethod::kGetStats:
+      return CallerClass::kReader;
+    default:
+      return CallerClass::kAdmin;
+  }
+}
+
 Result<std::string> BdevPool::Handle(uint32_t method, std::string_view payload) {
   Decoder d(payload);
   Encoder out;

@@ -25,6 +25,9 @@ class BdevPool : public Pool {
   // Decodes one request and runs it on the bdev. A malformed request is an error reply
   // (InvalidArgument or Corruption) and touches nothing. Thread safety: as Bdev (any thread).
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
+  // Stats are readers'; bytes, extents and settings of the device are the admin's (a client
+  // of the device reaches every file's bytes on it).
+  CallerClass CallerOf(uint32_t method) const override;
   // Makes the device's data and allocator log durable.
   Status Stop() override { return bdev_->Sync(); }
   std::string Describe() const override;

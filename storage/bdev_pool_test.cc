@@ -203,3 +203,12 @@ TEST_CASE("BdevClient over the runtime's socket, to a pool composed from the con
   serve.Stop();
   CHECK(rt.StopPools().ok());
 }
+
+TEST_CASE("a bdev pool's stats are readers'; its bytes, extents and settings the admin's") {
+  auto pool = RamPool("callers");
+  CHECK(pool->CallerOf(static_cast<uint32_t>(BdevMethod::kGetStats)) == CallerClass::kReader);
+  CHECK(pool->CallerOf(static_cast<uint32_t>(BdevMethod::kMonitor)) == CallerClass::kReader);
+  for (BdevMethod m : {BdevMethod::kRead, BdevMethod::kWrite, BdevMethod::kAllocateBlocks, BdevMethod::kFreeBlocks,
+                       BdevMethod::kSetLifespan, BdevMethod::kSync})
+    CHECK(pool->CallerOf(static_cast<uint32_t>(m)) == CallerClass::kAdmin);
+}

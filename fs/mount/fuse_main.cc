@@ -22,6 +22,7 @@
 #include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "daemon/service_notify.h"
+#include "fs/protocol/fs_messages.h"
 #include "fs/protocol/fs_protocol.h"
 #include "fs/mount/fuse_session.h"
 
@@ -41,14 +42,12 @@ int Usage(const char* msg) {
   return 2;
 }
 
-// The namespace's incarnation (FsMethod::kAttach): a new one after a runtime restart.
+// The namespace's incarnation (Attach): a new one after a runtime restart.
 Result<uint64_t> Incarnation(RuntimeClient& rc, uint32_t pool_id) {
-  CLIO_ASSIGN_OR_RETURN(std::string r, rc.Call(pool_id, static_cast<uint32_t>(FsMethod::kAttach), {}));
-  Decoder d(r);
-  uint64_t v = 0;
-  d.Get(&v);
-  CLIO_RETURN_IF_ERROR(d.Finish("attach"));
-  return v;
+  CLIO_ASSIGN_OR_RETURN(std::string r, rc.Call(pool_id, static_cast<uint32_t>(fsproto::Attach::kMethod),
+                                               fsproto::Encode(fsproto::Attach{})));
+  CLIO_ASSIGN_OR_RETURN(fsproto::AttachReply a, fsproto::Decode<fsproto::AttachReply>(r));
+  return a.incarnation;
 }
 
 // Watches the runtime from a connection of its own: each time one is up, asks the

@@ -40,6 +40,7 @@
 #include "fs/mount/fuse_uring.h"
 #include "fs/mount/node_table.h"
 #include "fs/mount/session_state.h"
+#include "fs/protocol/fs_messages.h"
 #include "fs/protocol/fs_protocol.h"
 
 namespace clio {
@@ -414,30 +415,26 @@ Result<FuseMount::Reattached> FuseMount::RuntimeRestarted() {
   for (size_t first = 0; declared.ok() && (first < nodes.size() || first == 0); first += kMaxReattachNodes) {
     const size_t n = std::min<size_t>(kMaxReattachNodes, nodes.size() - first);
     const bool last = first + n == nodes.size();
-    Encoder e;
-    e.Put<uint32_t>(static_cast<uint32_t>(n));
-    for (size_t i = first; i < first + n; ++i) e.Put<uint64_t>(nodes[i].ino).Put<uint32_t>(nodes[i].opens);
-    e.Put<uint8_t>((first == 0 ? kReattachBegin : 0) | (last ? kReattachComplete : 0));
+    fsproto::Reattach req;
+    req.claims.reserve(n);
+    for (size_t i = first; i < first + n; ++i) req.claims.push_back({nodes[i].ino, nodes[i].opens});
+    req.flags = static_cast<uint8_t>((first == 0 ? kReattachBegin : 0) | (last ? kReattachComplete : 0));
     if (!s.gate.Enter()) {
       declared = Unavailable("the mount is being stopped");
       break;
     }
-    Result<std::string> r = s.call(FsMethod::kReattach, e.buffer());
+    Result<std::string> r = s.call(fsproto::Reattach::kMethod, fsproto::Encode(req));
     s.gate.Leave();
-    if (!r.ok()) {
-      declared = r.status();
+    auto reply = r.ok() ? fsproto::Decode<fsproto::ReattachReply>(*r) : Result<fsproto::ReattachReply>(r.status());
+    if (!reply.ok()) {
+      declared = reply.status();
       break;
     }
-    Decoder d(*r);
-    uint32_t count = 0;
-    d.Get(&count);
-    for (uint32_t i = 0; i < count && !d.failed(); ++i) {
-      uint8_t x = 0;
-      d.Get(&x);
-      exists.push_back(x != 0);
+    if (reply->exists.size() != n) {
+      declared = Corruption("reattach: the runtime answered for another number of nodes");
+      break;
     }
-    declared = d.Finish("reattach");
-    if (declared.ok() && count != n) declared = Corruption("reattach: the runtime answered for another number of nodes");
+    for (uint8_t x : reply->exists) exists.push_back(x != 0);
     if (last) break;
   }
   s.nodes.Thaw();

@@ -24,6 +24,7 @@
 #include "common/thread_annotations.h"
 #include "fs/mount/session_state.h"
 #include "fs/protocol/errno_map.h"
+#include "fs/protocol/fs_messages.h"
 #include "fs/protocol/fs_protocol.h"
 
 namespace clio::fusemount {
@@ -33,30 +34,31 @@ constexpr uint32_t kReadDirPage = 1024;
 // A listing read again after a change (readdirplus): what a few replies use, not a full page.
 constexpr uint32_t kReReadDirPage = 128;
 
-// Methods that change nothing in the namespace (the others count in FuseState::changes).
-bool ChangesNothing(FsMethod m) {
-  switch (m) {
-    case FsMethod::kLookup: case FsMethod::kGetAttr: case FsMethod::kReadlink: case FsMethod::kRead:
-    case FsMethod::kReadDir: case FsMethod::kGetXattr: case FsMethod::kListXattr: case FsMethod::kStatfs:
-    case FsMethod::kFlush: case FsMethod::kFsync:
-      return true;
-    default:
-      return false;
-  }
-}
-
 FuseState* State(fuse_req_t req) { return static_cast<FuseState*>(fuse_req_userdata(req)); }
 
-Result<std::string> Call(FuseState* s, FsMethod m, Encoder& e) {
+// A request to the namespace pool, and its reply's bytes. Requests that change the namespace
+// (kFsMethods) count in FuseState::changes.
+template <class Req>
+Result<std::string> CallRaw(FuseState* s, const Req& req) {
   if (!s->gate.Enter()) return Unavailable("the mount is being stopped");
-  const bool changes = !ChangesNothing(m);
+  const bool changes = MethodInfo(static_cast<uint32_t>(Req::kMethod)).changes;
   if (changes) s->changes.fetch_add(1);
-  Result<std::string> r = s->call(m, e.buffer());
+  Result<std::string> r = s->call(Req::kMethod, fsproto::Encode(req));
   if (changes) s->changes_done.fetch_add(1);
   s->gate.Leave();
   return r;
 }
-Result<std::string> Call(fuse_req_t req, FsMethod m, Encoder& e) { return Call(State(req), m, e); }
+// The same, the reply decoded (one it cannot read is Corruption: EIO).
+template <class Req>
+Result<typename Req::Reply> Call(FuseState* s, const Req& req) {
+  Result<std::string> r = CallRaw(s, req);
+  if (!r.ok()) return r.status();
+  return fsproto::Decode<typename Req::Reply>(std::move(r).value());
+}
+template <class Req>
+Result<typename Req::Reply> Call(fuse_req_t req, const Req& r) {
+  return Call(State(req), r);
+}
 
 struct stat ToStat(const InodeAttr& a) {
   struct stat st {};
@@ -89,33 +91,26 @@ fuse_entry_param ToEntry(fuse_req_t req, const InodeAttr& a) {
 
 void ReplyErr(fuse_req_t req, const Status& s) { fuse_reply_err(req, ToErrno(s)); }
 
-bool DecodeAttrReply(const std::string& body, InodeAttr* a) {
-  Decoder d(body);
-  return DecodeAttr(&d, a) && d.Finish("attr").ok();
-}
-
 // An entry reply: the kernel takes a lookup of the node when it accepts it. Counted before
 // the reply goes out (the kernel may FORGET it before this thread runs again), taken back if
 // the kernel refused it.
-void ReplyEntry(fuse_req_t req, fuse_ino_t parent, const char* name, const Result<std::string>& r) {
+void ReplyEntry(fuse_req_t req, fuse_ino_t parent, const char* name, const Result<fsproto::AttrReply>& r) {
   if (!r.ok()) return ReplyErr(req, r.status());
-  InodeAttr a;
-  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
+  const InodeAttr& a = r->attr;
   fuse_entry_param e = ToEntry(req, a);
   NodeTable& nodes = State(req)->nodes;
   nodes.Looked(parent, name, a.ino);
   if (fuse_reply_entry(req, &e) != 0) nodes.Forget(a.ino, 1);
 }
 
-void ReplyAttr(fuse_req_t req, const Result<std::string>& r) {
+void ReplyAttr(fuse_req_t req, const Result<fsproto::AttrReply>& r) {
   if (!r.ok()) return ReplyErr(req, r.status());
-  InodeAttr a;
-  if (!DecodeAttrReply(*r, &a)) return (void)fuse_reply_err(req, EIO);
-  struct stat st = ToStat(a);
+  struct stat st = ToStat(r->attr);
   fuse_reply_attr(req, &st, State(req)->options.attr_timeout);
 }
 
-void ReplyStatus(fuse_req_t req, const Result<std::string>& r) {
+template <class Reply>
+void ReplyStatus(fuse_req_t req, const Result<Reply>& r) {
   fuse_reply_err(req, r.ok() ? 0 : ToErrno(r.status()));
 }
 
@@ -127,9 +122,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name);
-  auto r = Call(req, FsMethod::kLookup, e);
+  auto r = Call(req, fsproto::Lookup{.parent = parent, .name = name});
   if (!r.ok() && r.status().code() == Code::kNotFound && State(req)->options.negative_timeout > 0) {
     // A name that does not exist is cached as absent (ino 0) for the negative timeout: this
     // mount is the namespace's only writer, so a create here invalidates it.
@@ -155,9 +148,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     struct stat st = ToStat(fresh);
     return (void)fuse_reply_attr(req, &st, State(req)->options.attr_timeout);
   }
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  ReplyAttr(req, Call(req, FsMethod::kGetAttr, e));
+  ReplyAttr(req, Call(req, fsproto::GetAttr{.ino = ino}));
 }
 
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
@@ -184,64 +175,46 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     r.valid |= kSetCtime, r.ctime_ns = attr->st_ctim.tv_sec * 1000000000LL + attr->st_ctim.tv_nsec;
   if (r.valid & kSetSize) State(req)->clean_files.Changing(ino);  // truncation rewrites a chunk
   State(req)->dir_attrs.Changing(ino);
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  EncodeSetAttr(&e, r);
-  ReplyAttr(req, Call(req, FsMethod::kSetAttr, e));
+  ReplyAttr(req, Call(req, fsproto::SetAttr{.ino = ino, .attr = r}));
 }
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  auto r = Call(req, FsMethod::kReadlink, e);
+  auto r = Call(req, fsproto::Readlink{.ino = ino});
   if (!r.ok()) return ReplyErr(req, r.status());
-  fuse_reply_readlink(req, r->c_str());
-}
-
-void MakeNode(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name, mode_t mode) {
-  State(req)->dir_attrs.Changing(parent);
-  const fuse_ctx* ctx = fuse_req_ctx(req);
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
-      .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  ReplyEntry(req, parent, name, Call(req, m, e));
+  fuse_reply_readlink(req, r->bytes.c_str());
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  MakeNode(req, FsMethod::kMkdir, parent, name, mode);
+  State(req)->dir_attrs.Changing(parent);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  ReplyEntry(req, parent, name,
+             Call(req, fsproto::Mkdir{.parent = parent, .name = name, .mode = mode & ~ctx->umask & 07777,
+                                      .uid = ctx->uid, .gid = ctx->gid}));
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name).PutBytes(link).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  ReplyEntry(req, parent, name, Call(req, FsMethod::kSymlink, e));
+  ReplyEntry(req, parent, name,
+             Call(req, fsproto::Symlink{.parent = parent, .name = name, .target = link, .uid = ctx->uid, .gid = ctx->gid}));
 }
 
-void RemoveName(fuse_req_t req, FsMethod m, fuse_ino_t parent, const char* name) {
-  State(req)->dir_attrs.ChangingAll();  // rmdir: the parent, and the removed directory
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name);
-  ReplyStatus(req, Call(req, m, e));
-}
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   FuseState* st = State(req);
   const FreshDirAttrs::Stamp stamp = st->dir_attrs.Changing(parent);
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name);
-  auto r = Call(req, FsMethod::kUnlink, e);
-  if (!r.ok()) return ReplyErr(req, r.status());
-  Decoder d(*r);
-  uint64_t gone = 0;
-  InodeAttr dir;
-  if (d.Get(&gone) && DecodeAttr(&d, &dir) && d.Finish("unlink").ok()) {
-    if (gone != 0) st->deleted.Add(gone);
-    st->dir_attrs.Put(parent, dir, stamp);
+  auto raw = CallRaw(st, fsproto::Unlink{.parent = parent, .name = name});
+  if (!raw.ok()) return ReplyErr(req, raw.status());
+  // The name is gone; an answer this side cannot read only costs the caches.
+  if (auto r = fsproto::Decode<fsproto::UnlinkReply>(*raw); r.ok()) {
+    if (r->gone != 0) st->deleted.Add(r->gone);
+    st->dir_attrs.Put(parent, r->dir, stamp);
   }
   fuse_reply_err(req, 0);
 }
-void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { RemoveName(req, FsMethod::kRmdir, parent, name); }
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  State(req)->dir_attrs.ChangingAll();  // the parent, and the removed directory
+  ReplyStatus(req, Call(req, fsproto::Rmdir{.parent = parent, .name = name}));
+}
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
@@ -249,17 +222,15 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   FreshDirAttrs& fresh = st->dir_attrs;
   fresh.ChangingAll();
   const FreshDirAttrs::Stamp from_stamp = fresh.Current(parent), to_stamp = fresh.Current(newparent);
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name).Put<uint64_t>(newparent).PutBytes(newname).Put<uint32_t>(flags);
-  auto r = Call(req, FsMethod::kRename, e);
-  if (!r.ok()) return ReplyErr(req, r.status());
-  Decoder d(*r);
-  uint8_t has = 0;
+  auto raw = CallRaw(st, fsproto::Rename{.parent = parent, .name = name, .new_parent = newparent,
+                                          .new_name = newname, .flags = flags});
+  if (!raw.ok()) return ReplyErr(req, raw.status());
   // The moved inode's attributes come last; the kernel keeps its own times for it and sends
-  // them (its ctime included) with the SETATTR that follows, which the runtime stores.
-  InodeAttr from, to, moved;
-  if (d.Get(&has) && has == 1 && DecodeAttr(&d, &from) && DecodeAttr(&d, &to) &&
-      DecodeAttr(&d, &moved) && d.Finish("rename").ok()) {
+  // them (its ctime included) with the SETATTR that follows, which the runtime stores. An
+  // answer this side cannot read: the rename happened, only the caches learn nothing.
+  auto r = fsproto::Decode<fsproto::RenameReply>(*raw);
+  if (r.ok() && r->changed == 1) {
+    const InodeAttr &from = r->from, &to = r->to, &moved = r->moved;
     if (from.ino == parent) fresh.Put(parent, from, from_stamp);
     if (to.ino == newparent && newparent != parent) fresh.Put(newparent, to, to_stamp);
     if (flags & RENAME_EXCHANGE)
@@ -272,28 +243,25 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 // Undoes an open whose reply the kernel refused. Takes the state, not the request: a reply,
 // refused or not, frees the request.
-void ReleaseQuietly(FuseState* s, uint64_t ino) {
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  (void)Call(s, FsMethod::kRelease, e);
-}
+void ReleaseQuietly(FuseState* s, uint64_t ino) { (void)Call(s, fsproto::Release{.ino = ino}); }
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   OpenChange change(&State(req)->nodes);  // the runtime counts the create as an open
   const fuse_ctx* ctx = fuse_req_ctx(req);
   const FreshDirAttrs::Stamp stamp = State(req)->dir_attrs.Changing(parent);
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>(mode & ~ctx->umask & 07777)
-      .Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  auto r = Call(req, FsMethod::kCreate, e);
-  if (!r.ok()) return ReplyErr(req, r.status());
-  InodeAttr a, dir;
-  Decoder d(*r);
-  if (!DecodeAttr(&d, &a) || !DecodeAttr(&d, &dir) || !d.Finish("create").ok()) {
-    ReleaseQuietly(State(req), a.ino);
+  auto raw = CallRaw(State(req), fsproto::Create{.parent = parent, .name = name, .mode = mode & ~ctx->umask & 07777,
+                                                 .uid = ctx->uid, .gid = ctx->gid});
+  if (!raw.ok()) return ReplyErr(req, raw.status());
+  auto r = fsproto::Decode<fsproto::CreateReply>(*raw);
+  if (!r.ok()) {
+    // Created and counted open, but unreadable: the open is given back if its number is there.
+    Decoder d(*raw);
+    InodeAttr partial;
+    if (DecodeAttr(&d, &partial) && partial.ino != 0) ReleaseQuietly(State(req), partial.ino);
     return (void)fuse_reply_err(req, EIO);
   }
-  State(req)->dir_attrs.Put(parent, dir, stamp);
+  const InodeAttr& a = r->attr;
+  State(req)->dir_attrs.Put(parent, r->dir, stamp);
   fuse_entry_param ent = ToEntry(req, a);
   fi->keep_cache = 1;
   // A new file has no attributes (an inherited default ACL arrives by setxattr, through us).
@@ -321,9 +289,7 @@ constexpr uint64_t kReadOnlyHandle = 1;
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   OpenChange change(&State(req)->nodes);
   if (fi->flags & O_TRUNC) State(req)->clean_files.Changing(ino);
-  Encoder e;
-  e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(fi->flags));
-  auto r = Call(req, FsMethod::kOpen, e);
+  auto r = Call(req, fsproto::Open{.ino = ino, .flags = static_cast<uint32_t>(fi->flags)});
   if (!r.ok()) return ReplyErr(req, r.status());
   fi->fh = (fi->flags & O_ACCMODE) == O_RDONLY ? kReadOnlyHandle : 0;
   fi->keep_cache = 1;  // this mount is the only writer of its files
@@ -336,31 +302,21 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  Encoder e;
-  e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).Put<uint32_t>(static_cast<uint32_t>(size));
-  auto r = Call(req, FsMethod::kRead, e);
+  auto r = Call(req, fsproto::Read{.ino = ino, .offset = static_cast<uint64_t>(off), .len = static_cast<uint32_t>(size)});
   if (!r.ok()) return ReplyErr(req, r.status());
-  fuse_reply_buf(req, r->data(), r->size());
+  fuse_reply_buf(req, r->bytes.data(), r->bytes.size());
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
   State(req)->clean_files.Changing(ino);
-  Encoder e;
-  e.Put<uint64_t>(ino).Put<uint64_t>(static_cast<uint64_t>(off)).PutBytes(std::string_view(buf, size));
-  if (State(req)->kernel_times.load(std::memory_order_relaxed)) e.Put<uint8_t>(kWriteKernelTimes);
-  auto r = Call(req, FsMethod::kWrite, e);
+  fsproto::Write w{.ino = ino, .offset = static_cast<uint64_t>(off), .data = std::string_view(buf, size)};
+  if (State(req)->kernel_times.load(std::memory_order_relaxed)) w.flags.value = kWriteKernelTimes;
+  auto r = Call(req, w);
   if (!r.ok()) return ReplyErr(req, r.status());
-  Decoder d(*r);
-  uint32_t written = 0;
-  if (!d.Get(&written) || written > size) return (void)fuse_reply_err(req, EIO);
-  fuse_reply_write(req, written);  // fewer than asked: a tier filled up part-way
+  if (r->written > size) return (void)fuse_reply_err(req, EIO);
+  fuse_reply_write(req, r->written);  // fewer than asked: a tier filled up part-way
 }
 
-void InoCall(fuse_req_t req, FsMethod m, fuse_ino_t ino) {
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  ReplyStatus(req, Call(req, m, e));
-}
 // A close. A failed write-back (flush to a persistent tier) of the file is reported once, to
 // the next close of a descriptor open for writing or fsync: the close of a read-only one does
 // not ask, so it neither reports an error about writes it did not make nor takes the report
@@ -369,24 +325,24 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   KnownCleanFiles& known = State(req)->clean_files;
   if (fi->fh == kReadOnlyHandle || known.Has(ino)) return (void)fuse_reply_err(req, 0);
   const uint64_t epoch = known.epoch();
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  auto r = Call(req, FsMethod::kFlush, e);
-  if (!r.ok()) return ReplyErr(req, r.status());
-  Decoder d(*r);
-  uint8_t clean = 0;
-  if (d.Get(&clean) && d.Finish("flush").ok() && clean == 1) known.MarkClean(ino, epoch);
+  auto raw = CallRaw(State(req), fsproto::Flush{.ino = ino});
+  if (!raw.ok()) return ReplyErr(req, raw.status());
+  if (auto r = fsproto::Decode<fsproto::FlushReply>(*raw); r.ok() && r->clean == 1) known.MarkClean(ino, epoch);
   fuse_reply_err(req, 0);
 }
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   NodeTable& nodes = State(req)->nodes;  // the reply frees req
   OpenChange change(&nodes);
-  InoCall(req, FsMethod::kRelease, ino);
+  ReplyStatus(req, Call(req, fsproto::Release{.ino = ino}));
   nodes.Released(ino);  // the kernel is done with it whatever the runtime said
 }
-void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ReplyStatus(req, Call(req, fsproto::Fsync{.ino = ino}));
+}
 // Directory entries are metadata; fsync of a directory commits the metadata.
-void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { InoCall(req, FsMethod::kFsync, ino); }
+void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ReplyStatus(req, Call(req, fsproto::Fsync{.ino = ino}));
+}
 
 // An open directory reads the runtime's listing a page at a time, as the kernel asks for it,
 // so a directory of a million entries is neither read whole at opendir nor held in memory.
@@ -435,26 +391,15 @@ struct DirHandle {
 // this one.
 Status FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle* h, size_t i, uint32_t count = kReadDirPage)
     REQUIRES(h->mu) {
-  Encoder e;
-  e.Put<uint64_t>(ino).PutBytes(h->marks[i].after).Put<uint32_t>(count);
   // Answered changes first: equal counts mean none was in flight, so every change the read
   // might miss is counted after `changes`.
   const uint64_t done = State(req)->changes_done.load();
   const uint64_t started = State(req)->changes.load();
   const uint64_t changes = done == started ? started : DirHandle::kStalePage;
-  auto r = Call(req, FsMethod::kReadDir, e);
+  auto r = Call(req, fsproto::ReadDir{.ino = ino, .after = h->marks[i].after, .count = count});
   std::vector<DirEntry> page;
   if (r.ok()) {
-    Decoder d(*r);
-    uint32_t n = 0;
-    d.Get(&n);
-    for (uint32_t k = 0; k < n && !d.failed(); ++k) {
-      DirEntry ent;
-      d.GetString(&ent.name);
-      DecodeAttr(&d, &ent.attr);
-      page.push_back(std::move(ent));
-    }
-    CLIO_RETURN_IF_ERROR(d.Finish("readdir"));
+    page = std::move(r->entries);
   } else if (r.status().code() != Code::kNotFound && r.status().code() != Code::kStale) {
     return r.status();
   }  // NotFound, Stale: the directory is gone (removed while open), so it lists as empty
@@ -499,9 +444,7 @@ Status RereadDirFrom(fuse_req_t req, fuse_ino_t ino, DirHandle* h, uint64_t pos)
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // Counted like a file open, so an rmdir while open keeps the inode until releasedir.
   OpenChange change(&State(req)->nodes);
-  Encoder open;
-  open.Put<uint64_t>(ino).Put<uint32_t>(0);
-  auto o = Call(req, FsMethod::kOpen, open);
+  auto o = Call(req, fsproto::Open{.ino = ino, .flags = 0});
   if (!o.ok()) return ReplyErr(req, o.status());
   auto h = std::make_unique<DirHandle>();
   fi->fh = reinterpret_cast<uint64_t>(h.get());
@@ -589,41 +532,39 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   delete reinterpret_cast<DirHandle*>(fi->fh);
   NodeTable& nodes = State(req)->nodes;  // the reply frees req
   OpenChange change(&nodes);
-  InoCall(req, FsMethod::kRelease, ino);
+  ReplyStatus(req, Call(req, fsproto::Release{.ino = ino}));
   nodes.Released(ino);
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   State(req)->dir_attrs.Changing(newparent);
   State(req)->dir_attrs.Changing(ino);
-  Encoder e;
-  e.Put<uint64_t>(ino).Put<uint64_t>(newparent).PutBytes(newname);
-  ReplyEntry(req, newparent, newname, Call(req, FsMethod::kLink, e));
+  ReplyEntry(req, newparent, newname, Call(req, fsproto::Link{.ino = ino, .new_parent = newparent, .new_name = newname}));
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   State(req)->dir_attrs.Changing(parent);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  Encoder e;
-  e.Put<uint64_t>(parent).PutBytes(name).Put<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777))
-      .Put<uint64_t>(rdev).Put<uint32_t>(ctx->uid).Put<uint32_t>(ctx->gid);
-  ReplyEntry(req, parent, name, Call(req, FsMethod::kMknod, e));
+  ReplyEntry(req, parent, name,
+             Call(req, fsproto::Mknod{.parent = parent, .name = name,
+                                      .mode = static_cast<uint32_t>((mode & S_IFMT) | (mode & ~ctx->umask & 07777)),
+                                      .rdev = rdev, .uid = ctx->uid, .gid = ctx->gid}));
 }
 
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   State(req)->dir_attrs.Changing(ino);
   if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
-  Encoder e;
-  e.Put<uint64_t>(ino).PutBytes(name).PutBytes(std::string_view(value, size)).Put<uint32_t>(static_cast<uint32_t>(flags));
-  ReplyStatus(req, Call(req, FsMethod::kSetXattr, e));
+  ReplyStatus(req, Call(req, fsproto::SetXattr{.ino = ino, .name = name, .value = std::string_view(value, size),
+                                               .flags = static_cast<uint32_t>(flags)}));
 }
 
 // getxattr/listxattr: size 0 asks for the length; a buffer too small is ERANGE.
-void ReplyXattr(fuse_req_t req, const Result<std::string>& r, size_t size) {
+void ReplyXattr(fuse_req_t req, const Result<fsproto::Raw>& r, size_t size) {
   if (!r.ok()) return ReplyErr(req, r.status());
-  if (size == 0) return (void)fuse_reply_xattr(req, r->size());
-  if (r->size() > size) return (void)fuse_reply_err(req, ERANGE);
-  fuse_reply_buf(req, r->data(), r->size());
+  const std::string& v = r->bytes;
+  if (size == 0) return (void)fuse_reply_xattr(req, v.size());
+  if (v.size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, v.data(), v.size());
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
@@ -631,43 +572,33 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   const uint8_t bit = AbsentXattrCache::Bit(name);
   if (bit != 0 && cache.Absent(ino, bit)) return (void)fuse_reply_err(req, ENODATA);
   const uint64_t epoch = cache.epoch();
-  Encoder e;
-  e.Put<uint64_t>(ino).PutBytes(name);
-  auto r = Call(req, FsMethod::kGetXattr, e);
+  auto r = Call(req, fsproto::GetXattr{.ino = ino, .name = name});
   if (bit != 0 && r.status().code() == Code::kNoData) cache.MarkAbsent(ino, bit, epoch);
   ReplyXattr(req, r, size);
 }
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  Encoder e;
-  e.Put<uint64_t>(ino);
-  ReplyXattr(req, Call(req, FsMethod::kListXattr, e), size);
+  ReplyXattr(req, Call(req, fsproto::ListXattr{.ino = ino}), size);
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   State(req)->dir_attrs.Changing(ino);
   if (uint8_t bit = AbsentXattrCache::Bit(name)) State(req)->absent_xattrs.Changing(ino, bit);
-  Encoder e;
-  e.Put<uint64_t>(ino).PutBytes(name);
-  ReplyStatus(req, Call(req, FsMethod::kRemoveXattr, e));
+  ReplyStatus(req, Call(req, fsproto::RemoveXattr{.ino = ino, .name = name}));
 }
 
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, fuse_file_info*) {
   if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
   State(req)->clean_files.Changing(ino);
-  Encoder e;
-  e.Put<uint64_t>(ino).Put<uint32_t>(static_cast<uint32_t>(mode)).Put<uint64_t>(static_cast<uint64_t>(offset))
-      .Put<uint64_t>(static_cast<uint64_t>(length));
-  ReplyStatus(req, Call(req, FsMethod::kFallocate, e));
+  ReplyStatus(req, Call(req, fsproto::Fallocate{.ino = ino, .mode = static_cast<uint32_t>(mode),
+                                                .offset = static_cast<uint64_t>(offset),
+                                                .length = static_cast<uint64_t>(length)}));
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
-  Encoder e;
-  auto r = Call(req, FsMethod::kStatfs, e);
+  auto r = Call(req, fsproto::Statfs{});
   if (!r.ok()) return ReplyErr(req, r.status());
-  FsStatfs s;
-  Decoder d(*r);
-  if (!DecodeStatfs(&d, &s)) return (void)fuse_reply_err(req, EIO);
+  const FsStatfs& s = r->statfs;
   struct statvfs v {};
   v.f_bsize = v.f_frsize = s.block_size;
   v.f_blocks = s.blocks;

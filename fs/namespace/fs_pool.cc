@@ -38,44 +38,30 @@ Status FsPool::Stop() { return kv_->Sync(); }
 
 namespace {
 
-// Metric label of each FsMethod, by value; [0] is any unknown method.
-constexpr std::array<const char*, FsPool::kOps> kOpNames = {
-    "unknown",  "lookup",   "getattr",  "setattr",  "create",    "mkdir",      "symlink",
-    "readlink", "unlink",   "rmdir",    "rename",   "readdir",   "open",       "release",
-    "read",     "write",    "fsync",    "flush",    "statfs",    "link",       "mknod",
-    "setxattr", "getxattr", "listxattr", "removexattr", "fallocate", "locate", "attach",
-    "reattach"};
-static_assert(static_cast<size_t>(FsMethod::kReattach) == kOpNames.size() - 1,
-              "kOpNames must name every FsMethod");
-
 constexpr const char* kOpsName = "clio_fs_operations_total";
 constexpr const char* kOpsHelp = "Filesystem requests by op and outcome (ok or the errno returned)";
 
 // FUSE asks for at most max_read (1 MiB) at a time; anything far larger is a broken client.
 constexpr uint32_t kMaxReadSize = 4u << 20;
 
-// An attribute answer, as the client sees it (Namespace::ForClient).
-Result<std::string> AttrReply(Namespace* ns, Result<InodeAttr> a) {
-  if (!a.ok()) return a.status();
-  ns->ForClient(&*a);
-  Encoder e;
-  EncodeAttr(&e, *a);
-  return e.Take();
+Result<fsproto::Empty> EmptyReply(Status s) {
+  if (!s.ok()) return s;
+  return fsproto::Empty{};
 }
 
-Result<std::string> Empty(Status s) {
-  if (!s.ok()) return s;
-  return std::string();
+Result<fsproto::Raw> Bytes(Result<std::string> r) {
+  if (!r.ok()) return r.status();
+  return fsproto::Raw{std::move(r).value()};
 }
 
 }  // namespace
 
 FsPool::FsPool(std::unique_ptr<Namespace> ns, KvStore* kv) : ns_(std::move(ns)), kv_(kv) {
   for (size_t i = 0; i < kOps; ++i) {
-    ok_[i] = metrics::GetCounter(kOpsName, kOpsHelp, {{"op", kOpNames[i]}, {"outcome", "ok"}});
+    ok_[i] = metrics::GetCounter(kOpsName, kOpsHelp, {{"op", kFsMethods[i].name}, {"outcome", "ok"}});
     latency_[i] = metrics::GetHistogram("clio_fs_operation_seconds",
                                         "Time the runtime spent on filesystem requests, in seconds",
-                                        {{"op", kOpNames[i]}}, metrics::LatencyBuckets());
+                                        {{"op", kFsMethods[i].name}}, metrics::LatencyBuckets());
   }
   const char* bytes_help = "Bytes read and written through the filesystem";
   read_bytes_ = metrics::GetCounter("clio_fs_bytes_total", bytes_help, {{"op", "read"}});
@@ -92,17 +78,48 @@ metrics::Counter FsPool::ErrorCounter(size_t op, int err) {
     const char* name = strerrorname_np(err);
     it = errors_.emplace(std::pair{op, err},
                          metrics::GetCounter(kOpsName, kOpsHelp,
-                                             {{"op", kOpNames[op]},
+                                             {{"op", kFsMethods[op].name},
                                               {"outcome", name ? name : std::to_string(err)}}))
              .first;
   }
   return it->second;
 }
 
+template <size_t... I>
+constexpr std::array<FsPool::Handler, FsPool::kOps> FsPool::MakeHandlers(std::index_sequence<I...>) {
+  return {nullptr, &FsPool::Serve<std::tuple_element_t<I, fsproto::AllRequests>>...};
+}
+const std::array<FsPool::Handler, FsPool::kOps> FsPool::kHandlers =
+    MakeHandlers(std::make_index_sequence<std::tuple_size_v<fsproto::AllRequests>>());
+
 Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
   const auto start = std::chrono::steady_clock::now();
-  Result<std::string> r = Serve(method, payload);
   const size_t op = method < kOps ? method : 0;  // unknown methods count as "unknown"
+  Result<std::string> r = std::string();
+  if (op == 0) {
+    r = Status(Code::kNotSupported, "clio_fs: unknown method " + std::to_string(method));
+  } else {
+    // A mutating request from a client is recorded with its effect; a resend of one that ran
+    // is answered from the namespace without running it again (docs/namespace.md).
+    const RequestContext& rq = CurrentRequest();
+    std::optional<Namespace::RequestRecord> record;
+    bool replayed = false;
+    if (rq.client != 0 && !kFsMethods[op].idempotent) {
+      if (rq.resent) {
+        auto ran = ns_->RequestRan(rq.client, rq.request_id);
+        if (!ran.ok()) {
+          r = ran.status();
+          replayed = true;
+        } else if (*ran) {
+          replayed_.Add();
+          r = Replay(static_cast<FsMethod>(method), payload);
+          replayed = true;
+        }
+      }
+      if (!replayed) record.emplace(rq.client, rq.request_id, method);
+    }
+    if (!replayed) r = (this->*kHandlers[op])(payload);
+  }
   latency_[op].Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (r.ok()) {
     ok_[op].Add();
@@ -113,267 +130,163 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
   return r;
 }
 
+template <class Req>
+Result<std::string> FsPool::Serve(std::string_view payload) {
+  if constexpr (requires { Req::Precheck(payload); }) CLIO_RETURN_IF_ERROR(Req::Precheck(payload));
+  CLIO_ASSIGN_OR_RETURN(Req req, fsproto::Decode<Req>(payload));
+  CLIO_ASSIGN_OR_RETURN(typename Req::Reply reply, Run(req));
+  return fsproto::Encode(std::move(reply));
+}
+
+template <class Req>
+Result<std::string> FsPool::ReplayEntry(std::string_view payload) {
+  CLIO_ASSIGN_OR_RETURN(Req r, fsproto::Decode<Req>(payload));
+  CLIO_ASSIGN_OR_RETURN(fsproto::AttrReply reply, AttrOf(ns_->Lookup(r.parent, r.name)));
+  return fsproto::Encode(reply);
+}
+
 // The answer to a resend of a request that ran before the connection broke (its record says
 // so): rebuilt from the namespace as it is now, in the shape the method answers.
 Result<std::string> FsPool::Replay(FsMethod m, std::string_view payload) {
-  Decoder d(payload);
-  uint64_t parent = 0, ino = 0;
-  std::string_view name;
   switch (m) {
     case FsMethod::kCreate: {
-      d.Get(&parent);
-      d.GetBytes(&name);
-      CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->Lookup(parent, name));
-      CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(parent));
-      Encoder e;
-      EncodeAttr(&e, a);
-      EncodeAttr(&e, dir);
-      return e.Take();
+      CLIO_ASSIGN_OR_RETURN(auto r, fsproto::Decode<fsproto::Create>(payload));
+      CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->Lookup(r.parent, r.name));
+      CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(r.parent));
+      return fsproto::Encode(fsproto::CreateReply{a, dir});
     }
-    case FsMethod::kMkdir:
-    case FsMethod::kSymlink:
-    case FsMethod::kMknod:
-      d.Get(&parent);
-      d.GetBytes(&name);
-      return AttrReply(ns_.get(), ns_->Lookup(parent, name));
-    case FsMethod::kLink:
-      d.Get(&ino);
-      d.Get(&parent);
-      d.GetBytes(&name);
-      return AttrReply(ns_.get(), ns_->Lookup(parent, name));
+    case FsMethod::kMkdir: return ReplayEntry<fsproto::Mkdir>(payload);
+    case FsMethod::kSymlink: return ReplayEntry<fsproto::Symlink>(payload);
+    case FsMethod::kMknod: return ReplayEntry<fsproto::Mknod>(payload);
+    case FsMethod::kLink: {
+      CLIO_ASSIGN_OR_RETURN(auto r, fsproto::Decode<fsproto::Link>(payload));
+      CLIO_ASSIGN_OR_RETURN(auto reply, AttrOf(ns_->Lookup(r.new_parent, r.new_name)));
+      return fsproto::Encode(reply);
+    }
     case FsMethod::kUnlink: {
-      d.Get(&parent);
-      CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(parent));
-      Encoder e;
-      e.Put<uint64_t>(0);  // whether the inode went with it is not known any more
-      EncodeAttr(&e, dir);
-      return e.Take();
+      CLIO_ASSIGN_OR_RETURN(auto r, fsproto::Decode<fsproto::Unlink>(payload));
+      CLIO_ASSIGN_OR_RETURN(InodeAttr dir, ns_->GetAttr(r.parent));
+      // Whether the inode went with it is not known any more.
+      return fsproto::Encode(fsproto::UnlinkReply{0, dir});
     }
-    case FsMethod::kRename: {
-      Encoder e;
-      e.Put<uint8_t>(0);  // no directory attributes: the client asks again
-      return e.Take();
-    }
+    case FsMethod::kRename:
+      return fsproto::Encode(fsproto::RenameReply{});  // no directory attributes: the client asks again
     default:
       return std::string();  // rmdir, open, release, setxattr, removexattr: empty answers
   }
 }
 
-Result<std::string> FsPool::Serve(uint32_t method, std::string_view payload) {
-  // A mutating request from a client is recorded with its effect; a resend of one that ran is
-  // answered from the namespace without running it again (docs/namespace.md).
-  const RequestContext& rq = CurrentRequest();
-  std::optional<Namespace::RequestRecord> record;
-  if (rq.client != 0 && !IsIdempotent(static_cast<FsMethod>(method))) {
-    if (rq.resent) {
-      CLIO_ASSIGN_OR_RETURN(bool ran, ns_->RequestRan(rq.client, rq.request_id));
-      if (ran) {
-        replayed_.Add();
-        return Replay(static_cast<FsMethod>(method), payload);
-      }
-    }
-    record.emplace(rq.client, rq.request_id, method);
+Result<fsproto::AttrReply> FsPool::AttrOf(Result<InodeAttr> a) {
+  if (!a.ok()) return a.status();
+  ns_->ForClient(&*a);
+  return fsproto::AttrReply{*a};
+}
+
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::Lookup& r) { return AttrOf(ns_->Lookup(r.parent, r.name)); }
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::GetAttr& r) { return AttrOf(ns_->GetAttr(r.ino)); }
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::SetAttr& r) { return AttrOf(ns_->SetAttr(r.ino, r.attr)); }
+
+Result<fsproto::CreateReply> FsPool::Run(const fsproto::Create& r) {
+  fsproto::CreateReply out;
+  CLIO_ASSIGN_OR_RETURN(out.attr, ns_->Create(r.parent, r.name, r.mode, r.uid, r.gid, &out.dir));
+  return out;
+}
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::Mkdir& r) {
+  return AttrOf(ns_->Mkdir(r.parent, r.name, r.mode, r.uid, r.gid));
+}
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::Symlink& r) {
+  return AttrOf(ns_->Symlink(r.parent, r.name, r.target, r.uid, r.gid));
+}
+Result<fsproto::Raw> FsPool::Run(const fsproto::Readlink& r) { return Bytes(ns_->Readlink(r.ino)); }
+
+Result<fsproto::UnlinkReply> FsPool::Run(const fsproto::Unlink& r) {
+  fsproto::UnlinkReply out;
+  CLIO_RETURN_IF_ERROR(ns_->Unlink(r.parent, r.name, &out.gone, &out.dir));
+  return out;
+}
+Result<fsproto::Empty> FsPool::Run(const fsproto::Rmdir& r) { return EmptyReply(ns_->Rmdir(r.parent, r.name)); }
+
+Result<fsproto::RenameReply> FsPool::Run(const fsproto::Rename& r) {
+  std::pair<InodeAttr, InodeAttr> dirs;
+  fsproto::RenameReply out;
+  CLIO_RETURN_IF_ERROR(ns_->Rename(r.parent, r.name, r.new_parent, r.new_name, r.flags, &dirs, &out.moved));
+  if (dirs.first.ino != 0) {
+    out.changed = 1;
+    out.from = dirs.first;
+    out.to = dirs.second;
+    ns_->ForClient(&out.moved);
   }
-  Decoder d(payload);
-  uint64_t ino = 0, parent = 0, new_parent = 0, offset = 0;
-  uint32_t mode = 0, uid = 0, gid = 0, flags = 0, len = 0;
-  std::string_view name, new_name, data;
-  auto done = [&](std::string_view what) { return d.Finish(what); };
-  switch (static_cast<FsMethod>(method)) {
-    case FsMethod::kLookup:
-      d.Get(&parent); d.GetBytes(&name);
-      CLIO_RETURN_IF_ERROR(done("lookup"));
-      return AttrReply(ns_.get(), ns_->Lookup(parent, name));
-    case FsMethod::kGetAttr:
-      d.Get(&ino);
-      CLIO_RETURN_IF_ERROR(done("getattr"));
-      return AttrReply(ns_.get(), ns_->GetAttr(ino));
-    case FsMethod::kSetAttr: {
-      SetAttrRequest req;
-      d.Get(&ino);
-      DecodeSetAttr(&d, &req);
-      CLIO_RETURN_IF_ERROR(done("setattr"));
-      return AttrReply(ns_.get(), ns_->SetAttr(ino, req));
-    }
-    case FsMethod::kCreate:
-    case FsMethod::kMkdir:
-      d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&uid); d.Get(&gid);
-      CLIO_RETURN_IF_ERROR(done("create"));
-      if (static_cast<FsMethod>(method) == FsMethod::kMkdir) {
-        return AttrReply(ns_.get(), ns_->Mkdir(parent, name, mode, uid, gid));
-      }
-      {
-        // The new file's attributes, then the directory's as the create left them.
-        InodeAttr dir;
-        CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->Create(parent, name, mode, uid, gid, &dir));
-        Encoder e;
-        EncodeAttr(&e, a);
-        EncodeAttr(&e, dir);
-        return e.Take();
-      }
-    case FsMethod::kSymlink:
-      d.Get(&parent); d.GetBytes(&name); d.GetBytes(&data); d.Get(&uid); d.Get(&gid);
-      CLIO_RETURN_IF_ERROR(done("symlink"));
-      return AttrReply(ns_.get(), ns_->Symlink(parent, name, data, uid, gid));
-    case FsMethod::kReadlink:
-      d.Get(&ino);
-      CLIO_RETURN_IF_ERROR(done("readlink"));
-      return ns_->Readlink(ino);
-    case FsMethod::kUnlink:
-    case FsMethod::kRmdir:
-      d.Get(&parent); d.GetBytes(&name);
-      CLIO_RETURN_IF_ERROR(done("unlink"));
-      if (static_cast<FsMethod>(method) == FsMethod::kRmdir) return Empty(ns_->Rmdir(parent, name));
-      {
-        uint64_t deleted = 0;
-        InodeAttr dir;
-        CLIO_RETURN_IF_ERROR(ns_->Unlink(parent, name, &deleted, &dir));
-        Encoder e;
-        e.Put<uint64_t>(deleted);
-        EncodeAttr(&e, dir);
-        return e.Take();
-      }
-    case FsMethod::kRename:
-      d.Get(&parent); d.GetBytes(&name); d.Get(&new_parent); d.GetBytes(&new_name); d.Get(&flags);
-      CLIO_RETURN_IF_ERROR(done("rename"));
-      {
-        // u8 1, the source and target directories' attributes and the moved inode's when the
-        // rename changed them (u8 0 alone: it changed nothing, or swapped two names).
-        std::pair<InodeAttr, InodeAttr> dirs;
-        InodeAttr moved;
-        CLIO_RETURN_IF_ERROR(ns_->Rename(parent, name, new_parent, new_name, flags, &dirs, &moved));
-        Encoder e;
-        e.Put<uint8_t>(dirs.first.ino != 0 ? 1 : 0);
-        if (dirs.first.ino != 0) {
-          EncodeAttr(&e, dirs.first);
-          EncodeAttr(&e, dirs.second);
-          ns_->ForClient(&moved);
-          EncodeAttr(&e, moved);
-        }
-        return e.Take();
-      }
-    case FsMethod::kReadDir: {
-      d.Get(&ino); d.GetBytes(&name); d.Get(&len);
-      CLIO_RETURN_IF_ERROR(done("readdir"));
-      CLIO_ASSIGN_OR_RETURN(auto entries, ns_->ReadDir(ino, name, len));
-      Encoder e;
-      e.Put<uint32_t>(static_cast<uint32_t>(entries.size()));
-      for (auto& ent : entries) {
-        e.PutBytes(ent.name);
-        ns_->ForClient(&ent.attr);
-        EncodeAttr(&e, ent.attr);
-      }
-      return e.Take();
-    }
-    case FsMethod::kOpen:
-      d.Get(&ino); d.Get(&flags);
-      CLIO_RETURN_IF_ERROR(done("open"));
-      return Empty(ns_->Open(ino, (flags & O_TRUNC) != 0));
-    case FsMethod::kRelease:
-    case FsMethod::kFlush:
-    case FsMethod::kFsync:
-      d.Get(&ino);
-      CLIO_RETURN_IF_ERROR(done("release/flush/fsync"));
-      switch (static_cast<FsMethod>(method)) {
-        case FsMethod::kRelease: return Empty(ns_->Release(ino));
-        case FsMethod::kFlush: {
-          bool clean = false;
-          CLIO_RETURN_IF_ERROR(ns_->Flush(ino, &clean));
-          Encoder e;
-          e.Put<uint8_t>(clean ? 1 : 0);
-          return e.Take();
-        }
-        default: return Empty(ns_->Fsync(ino));
-      }
-    case FsMethod::kRead:
-      d.Get(&ino); d.Get(&offset); d.Get(&len);
-      CLIO_RETURN_IF_ERROR(done("read"));
-      if (len > kMaxReadSize) return InvalidArgument("read of " + std::to_string(len) + " bytes: at most 4 MiB per request");
-      return ns_->Read(ino, offset, len);
-    case FsMethod::kWrite: {
-      uint8_t flags = 0;
-      d.Get(&ino); d.Get(&offset); d.GetBytes(&data);
-      if (d.remaining() > 0) d.Get(&flags);  // absent from clients older than the flags
-      CLIO_RETURN_IF_ERROR(done("write"));
-      if (flags & ~kWriteKernelTimes) return InvalidArgument("write: unknown flags " + std::to_string(flags));
-      CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(ino, offset, data, !(flags & kWriteKernelTimes)));
-      write_bytes_.Add(static_cast<double>(written));
-      Encoder e;
-      e.Put<uint32_t>(static_cast<uint32_t>(written));
-      return e.Take();
-    }
-    case FsMethod::kLink:
-      d.Get(&ino); d.Get(&new_parent); d.GetBytes(&new_name);
-      CLIO_RETURN_IF_ERROR(done("link"));
-      return AttrReply(ns_.get(), ns_->Link(ino, new_parent, new_name));
-    case FsMethod::kMknod: {
-      uint64_t rdev = 0;
-      d.Get(&parent); d.GetBytes(&name); d.Get(&mode); d.Get(&rdev); d.Get(&uid); d.Get(&gid);
-      CLIO_RETURN_IF_ERROR(done("mknod"));
-      return AttrReply(ns_.get(), ns_->Mknod(parent, name, mode, rdev, uid, gid));
-    }
-    case FsMethod::kSetXattr:
-      d.Get(&ino); d.GetBytes(&name); d.GetBytes(&data); d.Get(&flags);
-      CLIO_RETURN_IF_ERROR(done("setxattr"));
-      return Empty(ns_->SetXattr(ino, name, data, flags));
-    case FsMethod::kGetXattr:
-      d.Get(&ino); d.GetBytes(&name);
-      CLIO_RETURN_IF_ERROR(done("getxattr"));
-      return ns_->GetXattr(ino, name);
-    case FsMethod::kListXattr:
-      d.Get(&ino);
-      CLIO_RETURN_IF_ERROR(done("listxattr"));
-      return ns_->ListXattr(ino);
-    case FsMethod::kRemoveXattr:
-      d.Get(&ino); d.GetBytes(&name);
-      CLIO_RETURN_IF_ERROR(done("removexattr"));
-      return Empty(ns_->RemoveXattr(ino, name));
-    case FsMethod::kFallocate: {
-      uint64_t length = 0;
-      d.Get(&ino); d.Get(&mode); d.Get(&offset); d.Get(&length);
-      CLIO_RETURN_IF_ERROR(done("fallocate"));
-      return Empty(ns_->Fallocate(ino, mode, offset, length));
-    }
-    case FsMethod::kLocate: {
-      d.Get(&ino);
-      CLIO_RETURN_IF_ERROR(done("locate"));
-      CLIO_ASSIGN_OR_RETURN(FileLocation f, ns_->Locate(ino));
-      return EncodeFileLocation(f);
-    }
-    case FsMethod::kStatfs: {
-      CLIO_RETURN_IF_ERROR(done("statfs"));
-      Encoder e;
-      EncodeStatfs(&e, ns_->Statfs());
-      return e.Take();
-    }
-    case FsMethod::kAttach: {
-      CLIO_RETURN_IF_ERROR(done("attach"));
-      Encoder e;
-      e.Put<uint64_t>(ns_->incarnation());
-      return e.Take();
-    }
-    case FsMethod::kReattach: {
-      uint32_t n = 0;
-      d.Get(&n);
-      if (n > kMaxReattachNodes)
-        return InvalidArgument("reattach of " + std::to_string(n) + " nodes: at most " +
-                               std::to_string(kMaxReattachNodes) + " per request");
-      std::vector<NodeClaim> claims(d.failed() ? 0 : n);
-      for (NodeClaim& c : claims) d.Get(&c.ino) && d.Get(&c.opens);
-      uint8_t flags = 0;
-      d.Get(&flags);
-      CLIO_RETURN_IF_ERROR(done("reattach"));
-      if (flags & ~(kReattachComplete | kReattachBegin))
-        return InvalidArgument("reattach: unknown flags " + std::to_string(flags));
-      CLIO_ASSIGN_OR_RETURN(std::vector<bool> exists, ns_->Reattach(claims, (flags & kReattachBegin) != 0,
-                                                                   (flags & kReattachComplete) != 0));
-      Encoder e;
-      e.Put<uint32_t>(n);
-      for (bool x : exists) e.Put<uint8_t>(x ? 1 : 0);
-      return e.Take();
-    }
-  }
-  return Status(Code::kNotSupported, "clio_fs: unknown method " + std::to_string(method));
+  return out;
+}
+
+Result<fsproto::ReadDirReply> FsPool::Run(const fsproto::ReadDir& r) {
+  fsproto::ReadDirReply out;
+  CLIO_ASSIGN_OR_RETURN(out.entries, ns_->ReadDir(r.ino, r.after, r.count));
+  for (DirEntry& e : out.entries) ns_->ForClient(&e.attr);
+  return out;
+}
+
+Result<fsproto::Empty> FsPool::Run(const fsproto::Open& r) { return EmptyReply(ns_->Open(r.ino, (r.flags & O_TRUNC) != 0)); }
+Result<fsproto::Empty> FsPool::Run(const fsproto::Release& r) { return EmptyReply(ns_->Release(r.ino)); }
+
+Result<fsproto::Raw> FsPool::Run(const fsproto::Read& r) {
+  if (r.len > kMaxReadSize)
+    return InvalidArgument("read of " + std::to_string(r.len) + " bytes: at most 4 MiB per request");
+  return Bytes(ns_->Read(r.ino, r.offset, r.len));
+}
+
+Result<fsproto::WriteReply> FsPool::Run(const fsproto::Write& r) {
+  const uint8_t flags = r.flags.value;
+  if (flags & ~kWriteKernelTimes) return InvalidArgument("write: unknown flags " + std::to_string(flags));
+  CLIO_ASSIGN_OR_RETURN(uint64_t written, ns_->Write(r.ino, r.offset, r.data, !(flags & kWriteKernelTimes)));
+  write_bytes_.Add(static_cast<double>(written));
+  return fsproto::WriteReply{static_cast<uint32_t>(written)};
+}
+
+Result<fsproto::Empty> FsPool::Run(const fsproto::Fsync& r) { return EmptyReply(ns_->Fsync(r.ino)); }
+
+Result<fsproto::FlushReply> FsPool::Run(const fsproto::Flush& r) {
+  bool clean = false;
+  CLIO_RETURN_IF_ERROR(ns_->Flush(r.ino, &clean));
+  return fsproto::FlushReply{static_cast<uint8_t>(clean ? 1 : 0)};
+}
+
+Result<fsproto::StatfsReply> FsPool::Run(const fsproto::Statfs&) { return fsproto::StatfsReply{ns_->Statfs()}; }
+
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::Link& r) {
+  return AttrOf(ns_->Link(r.ino, r.new_parent, r.new_name));
+}
+Result<fsproto::AttrReply> FsPool::Run(const fsproto::Mknod& r) {
+  return AttrOf(ns_->Mknod(r.parent, r.name, r.mode, r.rdev, r.uid, r.gid));
+}
+Result<fsproto::Empty> FsPool::Run(const fsproto::SetXattr& r) {
+  return EmptyReply(ns_->SetXattr(r.ino, r.name, r.value, r.flags));
+}
+Result<fsproto::Raw> FsPool::Run(const fsproto::GetXattr& r) { return Bytes(ns_->GetXattr(r.ino, r.name)); }
+Result<fsproto::Raw> FsPool::Run(const fsproto::ListXattr& r) { return Bytes(ns_->ListXattr(r.ino)); }
+Result<fsproto::Empty> FsPool::Run(const fsproto::RemoveXattr& r) { return EmptyReply(ns_->RemoveXattr(r.ino, r.name)); }
+Result<fsproto::Empty> FsPool::Run(const fsproto::Fallocate& r) {
+  return EmptyReply(ns_->Fallocate(r.ino, r.mode, r.offset, r.length));
+}
+
+Result<fsproto::Raw> FsPool::Run(const fsproto::Locate& r) {
+  CLIO_ASSIGN_OR_RETURN(FileLocation f, ns_->Locate(r.ino));
+  return fsproto::Raw{EncodeFileLocation(f)};
+}
+
+Result<fsproto::AttachReply> FsPool::Run(const fsproto::Attach&) { return fsproto::AttachReply{ns_->incarnation()}; }
+
+Result<fsproto::ReattachReply> FsPool::Run(const fsproto::Reattach& r) {
+  if (r.claims.size() > kMaxReattachNodes)
+    return InvalidArgument("reattach of " + std::to_string(r.claims.size()) + " nodes: at most " +
+                           std::to_string(kMaxReattachNodes) + " per request");
+  if (r.flags & ~(kReattachComplete | kReattachBegin))
+    return InvalidArgument("reattach: unknown flags " + std::to_string(r.flags));
+  CLIO_ASSIGN_OR_RETURN(std::vector<bool> exists, ns_->Reattach(r.claims, (r.flags & kReattachBegin) != 0,
+                                                               (r.flags & kReattachComplete) != 0));
+  fsproto::ReattachReply out;
+  for (bool x : exists) out.exists.push_back(x ? 1 : 0);
+  return out;
 }
 
 }  // namespace clio

@@ -4,11 +4,13 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "common/metrics.h"
 #include "common/thread_annotations.h"
 #include "daemon/pool.h"
 #include "fs/namespace/namespace.h"
+#include "fs/protocol/fs_messages.h"
 
 namespace clio {
 
@@ -24,12 +26,56 @@ class FsPool : public Pool {
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   Status Stop() override;
   Namespace* ns() { return ns_.get(); }
-  static constexpr size_t kOps = 29;  // FsMethod values 1..28; 0 counts unknown methods
+  static constexpr size_t kOps = kFsMethodCount;  // FsMethod values; 0 counts unknown methods
+  // Who may call a method (kFsMethods); unknown methods are the administrator's.
+  CallerClass CallerOf(uint32_t method) const override { return MethodInfo(method).caller; }
 
  private:
-  Result<std::string> Serve(uint32_t method, std::string_view payload);
+  // The handler table: one entry per FsMethod, built from fsproto::AllRequests.
+  using Handler = Result<std::string> (FsPool::*)(std::string_view payload);
+  static const std::array<Handler, kOps> kHandlers;
+  template <size_t... I>
+  static constexpr std::array<Handler, kOps> MakeHandlers(std::index_sequence<I...>);
+  // Decodes a request of type Req, runs it, encodes its reply.
+  template <class Req>
+  Result<std::string> Serve(std::string_view payload);
   Result<std::string> Replay(FsMethod m, std::string_view payload);
+  // The entry a request of type Req (parent, name) made, as its answer.
+  template <class Req>
+  Result<std::string> ReplayEntry(std::string_view payload);
   metrics::Counter ErrorCounter(size_t op, int err) EXCLUDES(mu_);
+  // An attribute reply, as the client sees it (Namespace::ForClient).
+  Result<fsproto::AttrReply> AttrOf(Result<InodeAttr> a);
+
+  // One per request type.
+  Result<fsproto::AttrReply> Run(const fsproto::Lookup& r);
+  Result<fsproto::AttrReply> Run(const fsproto::GetAttr& r);
+  Result<fsproto::AttrReply> Run(const fsproto::SetAttr& r);
+  Result<fsproto::CreateReply> Run(const fsproto::Create& r);
+  Result<fsproto::AttrReply> Run(const fsproto::Mkdir& r);
+  Result<fsproto::AttrReply> Run(const fsproto::Symlink& r);
+  Result<fsproto::Raw> Run(const fsproto::Readlink& r);
+  Result<fsproto::UnlinkReply> Run(const fsproto::Unlink& r);
+  Result<fsproto::Empty> Run(const fsproto::Rmdir& r);
+  Result<fsproto::RenameReply> Run(const fsproto::Rename& r);
+  Result<fsproto::ReadDirReply> Run(const fsproto::ReadDir& r);
+  Result<fsproto::Empty> Run(const fsproto::Open& r);
+  Result<fsproto::Empty> Run(const fsproto::Release& r);
+  Result<fsproto::Raw> Run(const fsproto::Read& r);
+  Result<fsproto::WriteReply> Run(const fsproto::Write& r);
+  Result<fsproto::Empty> Run(const fsproto::Fsync& r);
+  Result<fsproto::FlushReply> Run(const fsproto::Flush& r);
+  Result<fsproto::StatfsReply> Run(const fsproto::Statfs& r);
+  Result<fsproto::AttrReply> Run(const fsproto::Link& r);
+  Result<fsproto::AttrReply> Run(const fsproto::Mknod& r);
+  Result<fsproto::Empty> Run(const fsproto::SetXattr& r);
+  Result<fsproto::Raw> Run(const fsproto::GetXattr& r);
+  Result<fsproto::Raw> Run(const fsproto::ListXattr& r);
+  Result<fsproto::Empty> Run(const fsproto::RemoveXattr& r);
+  Result<fsproto::Empty> Run(const fsproto::Fallocate& r);
+  Result<fsproto::Raw> Run(const fsproto::Locate& r);
+  Result<fsproto::AttachReply> Run(const fsproto::Attach& r);
+  Result<fsproto::ReattachReply> Run(const fsproto::Reattach& r);
 
   std::unique_ptr<Namespace> ns_;
   KvStore* kv_;

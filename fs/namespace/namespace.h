@@ -51,12 +51,6 @@ struct NamespaceOptions {
   uint64_t inode_batch = 1u << 16;
 };
 
-// One node a client's kernel holds, and how many opens (files and directories) it has on it.
-struct NodeClaim {
-  uint64_t ino = 0;
-  uint32_t opens = 0;
-};
-
 class Namespace {
  public:
   // Creates the root directory on first use, reserves a new batch of inode numbers past every

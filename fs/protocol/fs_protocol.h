@@ -1,6 +1,7 @@
 // Messages between clio-fuse and the clio_fs pool. Format: docs/ipc.md.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 
 #include "common/codec.h"
 #include "common/status.h"
+#include "daemon/caller.h"
 
 namespace clio {
 
@@ -30,6 +32,13 @@ struct InodeAttr {
   uint64_t parent = 0;  // directories: the parent directory (for rename cycle checks)
   uint64_t rdev = 0;    // device number of character and block special files
   uint64_t stored = 0;  // regular files: bytes that hold data (holes excluded), for st_blocks
+};
+
+// One node a client's kernel holds, and how many opens (files and directories) it has on it
+// (Reattach).
+struct NodeClaim {
+  uint64_t ino = 0;
+  uint32_t opens = 0;
 };
 
 struct DirEntry {
@@ -123,20 +132,53 @@ inline constexpr uint32_t kMaxReattachNodes = 1u << 16;
 inline constexpr uint8_t kReattachComplete = 1u << 0;
 inline constexpr uint8_t kReattachBegin = 1u << 1;
 
-// Methods whose effect changes if applied twice. The client resends them after a broken
-// connection only marked (RuntimeClient::Resend::kMarked): FsPool records each with its effect
-// and answers a resend of one that ran from the record (docs/namespace.md, "Request records").
-inline bool IsIdempotent(FsMethod m) {
-  switch (m) {
-    case FsMethod::kCreate: case FsMethod::kMkdir: case FsMethod::kSymlink:
-    case FsMethod::kUnlink: case FsMethod::kRmdir: case FsMethod::kRename:
-    case FsMethod::kOpen: case FsMethod::kRelease: case FsMethod::kLink:
-    case FsMethod::kMknod: case FsMethod::kSetXattr: case FsMethod::kRemoveXattr:
-      return false;
-    default:
-      return true;
-  }
+// What each method is, by value (FsMethod; [0] is any unknown method).
+struct FsMethodInfo {
+  const char* name;  // the metric label (clio_fs_operations_total{op})
+  // False when applying it twice differs from once. The client resends those after a broken
+  // connection only marked (RuntimeClient::Resend::kMarked): FsPool records each with its
+  // effect and answers a resend of one that ran from the record (docs/namespace.md).
+  bool idempotent;
+  // Changes the namespace: clio-fuse counts it (its readdir pages and caches go stale).
+  bool changes;
+  CallerClass caller;  // who may call it
+};
+inline constexpr size_t kFsMethodCount = static_cast<size_t>(FsMethod::kReattach) + 1;
+inline constexpr std::array<FsMethodInfo, kFsMethodCount> kFsMethods = {{
+    {"unknown", true, false, CallerClass::kAdmin},
+    {"lookup", true, false, CallerClass::kMount},
+    {"getattr", true, false, CallerClass::kMount},
+    {"setattr", true, true, CallerClass::kMount},
+    {"create", false, true, CallerClass::kMount},
+    {"mkdir", false, true, CallerClass::kMount},
+    {"symlink", false, true, CallerClass::kMount},
+    {"readlink", true, false, CallerClass::kMount},
+    {"unlink", false, true, CallerClass::kMount},
+    {"rmdir", false, true, CallerClass::kMount},
+    {"rename", false, true, CallerClass::kMount},
+    {"readdir", true, false, CallerClass::kMount},
+    {"open", false, true, CallerClass::kMount},
+    {"release", false, true, CallerClass::kMount},
+    {"read", true, false, CallerClass::kMount},
+    {"write", true, true, CallerClass::kMount},
+    {"fsync", true, false, CallerClass::kMount},
+    {"flush", true, false, CallerClass::kMount},
+    {"statfs", true, false, CallerClass::kReader},
+    {"link", false, true, CallerClass::kMount},
+    {"mknod", false, true, CallerClass::kMount},
+    {"setxattr", false, true, CallerClass::kMount},
+    {"getxattr", true, false, CallerClass::kMount},
+    {"listxattr", true, false, CallerClass::kMount},
+    {"removexattr", false, true, CallerClass::kMount},
+    {"fallocate", true, true, CallerClass::kMount},
+    {"locate", true, false, CallerClass::kReader},
+    {"attach", true, false, CallerClass::kMount},
+    {"reattach", true, false, CallerClass::kMount},
+}};
+inline const FsMethodInfo& MethodInfo(uint32_t method) {
+  return kFsMethods[method < kFsMethodCount ? method : 0];
 }
+inline bool IsIdempotent(FsMethod m) { return MethodInfo(static_cast<uint32_t>(m)).idempotent; }
 
 void EncodeAttr(Encoder* e, const InodeAttr& a);
 bool DecodeAttr(Decoder* d, InodeAttr* a);

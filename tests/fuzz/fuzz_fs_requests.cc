@@ -68,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view payload;
     if (!frames.Get(&method) || !frames.GetBytes(&payload)) break;
     // Keep writes and reads small so a run explores operations, not memory limits.
-    (void)w.pool->Handle(method % 29, payload);  // every method (up to kReattach, 28), and unknown ones
+    // Every method (each through its typed decoder), and one unknown.
+    (void)w.pool->Handle(method % (clio::kFsMethodCount + 1), payload);
   }
   return 0;
 }
