@@ -9,14 +9,19 @@
 #include "cli/cte_connection.h"
 #include "common/size.h"
 #include "placement/cte_pool.h"
+#include "storage/media.h"
 
 namespace clio {
 namespace {
 
+// Whether PATH is a local file (resolved here, as the runtime runs from another directory).
 bool IsFileTier(const std::vector<std::pair<std::string, std::string>>& keys) {
-  for (const auto& [k, v] : keys)
-    if (k == "bdev_type") return v == "file";
-  return true;  // the default type
+  for (const auto& [k, v] : keys) {
+    if (k != "bdev_type") continue;
+    const Medium* m = FindMedium(v);
+    return m != nullptr && m->kind == MediumKind::kFile;
+  }
+  return IsFileMedium(BdevConfig{}.type);  // the default type
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
     return 0;
   }
   std::printf("%s removed", t->name.c_str());
-  if (t->stats.type == BdevType::kFile) std::printf("; its file stays on disk");
+  if (LeavesFile(t->stats.type)) std::printf("; its file stays on disk");
   std::printf("\n");
   if (in_config)
     std::printf("note: %s lists this tier; remove it there, or it is added again (empty) at the next start\n",

@@ -108,11 +108,9 @@ Result<TierConfig> ParseTierEntry(const ConfigValue& item, const std::string& fi
   }
   if (t.Has("dirty_limit")) {
     CLIO_ASSIGN_OR_RETURN(tc.dirty_limit, t.Size("dirty_limit", 0));
-    const bool memory = tc.bdev.type == BdevType::kRam || tc.bdev.type == BdevType::kPinned ||
-                        tc.bdev.type == BdevType::kHbm || tc.bdev.type == BdevType::kNoop;
     const bool is_volatile = tc.attached ? tc.attached->GetStats().persistence == Persistence::kVolatile
                              : tc.bdev.persistence  ? *tc.bdev.persistence == Persistence::kVolatile
-                                                    : memory;
+                                                    : DefaultPersistence(tc.bdev.type) == Persistence::kVolatile;
     if (!is_volatile)
       return t.Error("dirty_limit", "applies only to volatile tiers (a persistent tier holds no dirty data)");
     if (tc.dirty_limit < kMinDirtyLimit)
@@ -207,18 +205,6 @@ Status AddRecordedTiers(KvStore* kv, const std::string& file, PoolRegistry* regi
   return Status::Ok();
 }
 
-std::string NodeTierName(const std::string& path, BdevType type, uint32_t node) {
-  const std::string n = std::to_string(node);
-  if (type != BdevType::kS3 && type != BdevType::kGcs) return path + "_node" + n;
-  // bucket, bucket/prefix, s3://bucket/prefix (ParseObjectLocation).
-  const size_t scheme = path.find("://");
-  const size_t start = scheme == std::string::npos ? 0 : scheme + 3;
-  std::string p = path;
-  while (p.size() > start && p.back() == '/') p.pop_back();
-  if (p.find('/', start) == std::string::npos) return p + "/node" + n;
-  return p + "_node" + n;
-}
-
 Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc) {
   if (tc->attached) return Status::Ok();  // named by the pool that owns the device
   const std::string named = NodeTierName(tc->bdev.name, tc->bdev.type, node);
@@ -226,10 +212,8 @@ Status NameTierForNode(KvStore* kv, uint32_t node, TierConfig* tc) {
   CLIO_ASSIGN_OR_RETURN(bool suffixed, Cte::HasTierRecord(kv, named));
   // Only a device that still holds the bare name's state keeps it: a file tier's file, an
   // object tier's local alloc log. Memory tiers keep nothing across a start.
-  bool device = false;
-  if (tc->bdev.type == BdevType::kFile) device = access(tc->bdev.name.c_str(), F_OK) == 0;
-  if (tc->bdev.type == BdevType::kS3 || tc->bdev.type == BdevType::kGcs)
-    device = !tc->bdev.alloc_log.empty() && access(tc->bdev.alloc_log.c_str(), F_OK) == 0;
+  const std::string state = LocalStateFile(tc->bdev);
+  const bool device = !state.empty() && access(state.c_str(), F_OK) == 0;
   if (bare && !suffixed && device) {
     CLIO_LOG_WARN("tier '{}' keeps its name from before node suffixes (new tiers are named like '{}')",
                   tc->bdev.name, named);
@@ -539,7 +523,9 @@ Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {
     d.Get(&t.stats.lifetime_days);
     d.GetString(&t.stats.backend);
     d.GetString(&t.stats.health);
-    if (type > static_cast<uint8_t>(kLastBdevType) || pers > 2) return Corruption("tier list: bad enum");
+    if (FindMedium(static_cast<BdevType>(type)) == nullptr)
+      return Corruption("tier list: medium type " + std::to_string(type) + " is unknown here (a newer runtime?)");
+    if (pers > 2) return Corruption("tier list: bad persistence " + std::to_string(pers));
     t.stats.type = static_cast<BdevType>(type);
     t.stats.persistence = static_cast<Persistence>(pers);
     out.push_back(std::move(t));

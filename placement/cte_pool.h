@@ -9,6 +9,7 @@
 
 #include "daemon/pool.h"
 #include "placement/cte.h"
+#include "storage/media.h"
 
 namespace clio {
 
@@ -67,11 +68,7 @@ class CtePool : public Pool {
 // every bdev key of storage/bdev_config.h, with the capacity spelled capacity_limit).
 ModuleFactory MakeCteModuleFactory(KvStore* kv, uint32_t node_id);
 
-// The bdev pool name of a tier configured at `path` on node `node`: the path with "_node<N>"
-// appended (seeds/bdev-module.txt). For s3 and gcs the suffix lands on the key prefix; a bare
-// bucket gets the prefix "node<N>", since a bucket name may not hold an underscore.
-std::string NodeTierName(const std::string& path, BdevType type, uint32_t node);
-// Names the tier for `node` (NodeTierName), except a tier the metadata recorded under its bare
+// Names the tier for `node` (NodeTierName, storage/media.h), except a tier the metadata recorded under its bare
 // path before node suffixes existed, whose device still holds its state (a file tier's file, an
 // object tier's alloc log): it keeps that name, so its data is found. Attached tiers keep the
 // pool's name.

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "placement/cte.h"
+#include "storage/media.h"
 
 namespace clio {
 namespace {
@@ -119,7 +120,7 @@ Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* 
     if (rec) {
       CLIO_ASSIGN_OR_RETURN(TierRecord r, DecodeTierRecord(*rec));
       bc.tier_id = r.id;
-      if (bc.type == BdevType::kFile && r.persistence != Persistence::kVolatile &&
+      if (IsFileMedium(bc.type) && r.persistence != Persistence::kVolatile &&
           access(bc.name.c_str(), F_OK) != 0)
         return Corruption("tier '" + bc.name + "' (id " + std::to_string(r.id) +
                           ") is recorded in the metadata but its file is missing; restore the "

@@ -1,4 +1,4 @@
-// Bdev names, default performance figures and the one factory switch over transports.
+// Bdev type, persistence and allocation-policy names, and Bdev::Open through the media table.
 #include "storage/bdev.h"
 
 #include <algorithm>
@@ -6,7 +6,7 @@
 
 #include "storage/bdev_base.h"
 #include "storage/bdev_metrics.h"
-#include "storage/gpu.h"
+#include "storage/media.h"
 
 namespace clio {
 namespace {
@@ -21,29 +21,17 @@ std::string Lower(std::string_view s) {
 }  // namespace
 
 std::string_view BdevTypeName(BdevType t) {
-  switch (t) {
-    case BdevType::kFile: return "file";
-    case BdevType::kRam: return "ram";
-    case BdevType::kHbm: return "hbm";
-    case BdevType::kPinned: return "pinned";
-    case BdevType::kNoop: return "noop";
-    case BdevType::kS3: return "s3";
-    case BdevType::kGcs: return "gcs";
-  }
-  return "unknown";
+  const Medium* m = FindMedium(t);
+  return m ? m->name : "unknown";
 }
 
 Result<BdevType> ParseBdevType(std::string_view s) {
-  const std::string v = Lower(s);
-  if (v == "file") return BdevType::kFile;
-  if (v == "ram") return BdevType::kRam;
-  if (v == "hbm") return BdevType::kHbm;
-  if (v == "pinned") return BdevType::kPinned;
-  if (v == "noop") return BdevType::kNoop;
-  if (v == "s3") return BdevType::kS3;
-  if (v == "gcs") return BdevType::kGcs;
-  return InvalidArgument("unknown bdev_type '" + std::string(s) +
-                         "' (expected file, ram, hbm, pinned, noop, s3 or gcs)");
+  if (const Medium* m = FindMedium(s)) return m->type;
+  std::string names;
+  const std::vector<const Medium*> all = AllMedia();
+  for (size_t i = 0; i < all.size(); ++i)
+    names += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i]->name);
+  return InvalidArgument("unknown bdev_type '" + std::string(s) + "' (expected " + names + ")");
 }
 
 std::string_view PersistenceName(Persistence p) {
@@ -88,39 +76,15 @@ AllocPolicy ResolveAllocPolicy(AllocPolicy p, uint64_t configured_capacity) {
 }
 
 PerfMetrics DefaultPerfMetrics(BdevType t) {
-  // Configured, not measured: only the order matters to placement (hbm > ram > pinned > rest).
-  switch (t) {
-    case BdevType::kHbm: return {20000, 20000, 1, 1, 10'000'000};
-    case BdevType::kRam: return {10000, 10000, 2, 2, 5'000'000};
-    case BdevType::kPinned: return {8000, 8000, 3, 3, 4'000'000};
-    case BdevType::kFile: return {2000, 1000, 100, 200, 200'000};
-    case BdevType::kNoop: return {1000, 1000, 100, 100, 100'000};
-    case BdevType::kS3:
-    case BdevType::kGcs: return {100, 100, 20'000, 50'000, 1'000};
-  }
-  return {};
+  const Medium* m = FindMedium(t);
+  return m ? m->perf : PerfMetrics{};
 }
-
-namespace {
-
-Result<std::unique_ptr<Bdev>> OpenTransport(const BdevConfig& config) {
-  switch (config.type) {
-    case BdevType::kFile: return OpenFileBdev(config);
-    case BdevType::kRam: return OpenRamBdev(config);
-    case BdevType::kNoop: return OpenNoopBdev(config);
-    case BdevType::kHbm:
-    case BdevType::kPinned: return OpenGpuBdev(config, MakeGpuRuntime());
-    case BdevType::kS3:
-    case BdevType::kGcs: return OpenObjectBdev(config);
-  }
-  return InvalidArgument("bdev: unknown type");
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Bdev>> Bdev::Open(const BdevConfig& config) {
   if (config.name.empty()) return ConfigError("bdev: the pool name (device location) is empty");
-  CLIO_ASSIGN_OR_RETURN(std::unique_ptr<Bdev> bdev, OpenTransport(config));
+  const Medium* m = FindMedium(config.type);
+  if (m == nullptr) return InvalidArgument("bdev: unknown type " + std::to_string(static_cast<int>(config.type)));
+  CLIO_ASSIGN_OR_RETURN(std::unique_ptr<Bdev> bdev, m->open(config));
   return Instrument(std::move(bdev));
 }
 

@@ -40,8 +40,8 @@ inline uint64_t TotalSize(const ExtentList& extents) {
   return n;
 }
 
+// The medium of a device: on the wire and in the metadata. What each one is: storage/media.h.
 enum class BdevType : uint8_t { kFile, kRam, kHbm, kPinned, kNoop, kS3, kGcs };
-inline constexpr BdevType kLastBdevType = BdevType::kGcs;
 enum class Persistence : uint8_t { kVolatile, kTemporary, kLongTerm };
 
 std::string_view BdevTypeName(BdevType t);

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "storage/allocator.h"
+#include "storage/media.h"
 #include "storage/objstore/object_store.h"
 
 namespace clio {
@@ -165,8 +166,8 @@ Status ParseBdevKeys(ConfigReader& r, BdevConfig* c) {
   if (!persistence.empty()) {
     Result<Persistence> p = ParsePersistence(persistence);
     if (!p.ok()) return keys.Error("persistence_level", p.status().message());
-    const bool object = c->type == BdevType::kS3 || c->type == BdevType::kGcs;
-    const bool memory = c->type != BdevType::kFile && !object;
+    const bool object = IsObjectMedium(c->type);
+    const bool memory = IsMemoryMedium(c->type);
     if (memory && *p != Persistence::kVolatile) {
       return keys.Error("persistence_level", std::string(BdevTypeName(c->type)) +
                                                  " devices can only be volatile");
@@ -193,7 +194,7 @@ Status ParseBdevKeys(ConfigReader& r, BdevConfig* c) {
   if (budget > 3600000) return keys.Error("retry_budget_ms", "must be at most 3600000 (one hour)");
   c->retry_budget_ms = static_cast<uint32_t>(budget);
 
-  if (c->type == BdevType::kS3 || c->type == BdevType::kGcs) {
+  if (IsObjectMedium(c->type)) {
     const std::string loc_key = r.Has("path") ? "path" : "pool_name";
     Result<ObjectLocation> loc = ParseObjectLocation(c->name, BdevTypeName(c->type));
     if (!loc.ok()) return keys.Error(loc_key, loc.status().message());
@@ -205,7 +206,7 @@ Status ParseBdevKeys(ConfigReader& r, BdevConfig* c) {
     }
   }
 
-  if (c->type == BdevType::kFile) {
+  if (IsFileMedium(c->type)) {
     // The location key is the caller's (pool_name or path); name it by what it holds.
     CLIO_RETURN_IF_ERROR(CheckFileLocation(keys, r.Has("path") ? "path" : "pool_name", c->name));
   }

@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "storage/media.h"
+
 namespace clio {
 namespace {
 
@@ -72,9 +74,9 @@ Result<BdevStats> DecodeBdevStats(std::string_view bytes) {
   d.GetString(&s.backend);
   d.GetString(&s.health);
   CLIO_RETURN_IF_ERROR(d.Finish("bdev stats"));
-  if (type > static_cast<uint8_t>(kLastBdevType) ||
-      persistence > static_cast<uint8_t>(Persistence::kLongTerm))
-    return Corruption("bdev stats: bad type or persistence");
+  if (FindMedium(static_cast<BdevType>(type)) == nullptr)
+    return Corruption("bdev stats: medium type " + std::to_string(type) + " is unknown here (a newer runtime?)");
+  if (persistence > static_cast<uint8_t>(Persistence::kLongTerm)) return Corruption("bdev stats: bad persistence");
   s.type = static_cast<BdevType>(type);
   s.persistence = static_cast<Persistence>(persistence);
   return s;
