@@ -103,42 +103,49 @@ Result<std::unique_ptr<Namespace>> Namespace::Open(KvStore* kv, Cte* cte, const 
   return ns;
 }
 
-Status Namespace::RecoverInodes() {
+Result<Namespace::StoredMark> Namespace::LoadInodeMark() {
   // The mark every number handed out before lies below (a synced reservation), or, from a
   // store of format 3, the next number as last committed (a crash may have rolled it back:
   // a margin past it).
-  uint64_t mark = 0;
-  bool trusted = false;
+  StoredMark m;
   CLIO_ASSIGN_OR_RETURN(auto hwm, kv_->Get(kInoHwmKey));
   CLIO_ASSIGN_OR_RETURN(auto legacy, kv_->Get(kLegacyNextInoKey));
+  m.present = hwm.has_value() || legacy.has_value();
+  m.from_hwm = hwm.has_value();
   if (hwm) {
     Decoder d(*hwm);
     uint8_t version = 0;
     d.Get(&version);
-    d.Get(&mark);
+    d.Get(&m.mark);
     Status s = d.Finish("inode high-water mark");
     if (s.ok() && version != kInoHwmVersion) s = Corruption("unknown version " + std::to_string(version));
-    if (s.ok() && mark > kMaxIno) s = Corruption("mark " + std::to_string(mark) + " is past the largest inode number");
-    trusted = s.ok();
-    if (!trusted) {
+    if (s.ok() && m.mark > kMaxIno) s = Corruption("mark " + std::to_string(m.mark) + " is past the largest inode number");
+    m.trusted = s.ok();
+    if (!m.trusted) {
       CLIO_LOG_WARN("metadata key {} is damaged ({}); rebuilt from the highest inode plus {}; "
                     "a mount kept across this restart should be remounted",
                     kInoHwmKey, s.message(), kRepairMargin);
-      mark = 0;
+      m.mark = 0;
     }
   } else if (legacy) {
     Decoder d(*legacy);
     uint64_t next = 0;
     d.Get(&next);
     if (d.Finish("next inode counter").ok() && next <= kMaxIno) {
-      mark = next + kRepairMargin;
-      trusted = true;
+      m.mark = next + kRepairMargin;
+      m.trusted = true;
       CLIO_LOG_INFO("metadata key {} (format 3) starts the inode mark {} ({} past it)", kLegacyNextInoKey,
                     kInoHwmKey, kRepairMargin);
     } else {
       CLIO_LOG_WARN("metadata key {} is damaged; the inode mark is rebuilt from the highest inode", kLegacyNextInoKey);
     }
   }
+  return m;
+}
+
+Status Namespace::RecoverInodes() {
+  CLIO_ASSIGN_OR_RETURN(StoredMark stored, LoadInodeMark());
+  uint64_t mark = stored.mark;
   // Every inode, in number order, against the tags the blob index held at start (also in
   // order): a tag with no inode is data of a file that does not exist (nothing can reach
   // it; a later file must never inherit it); a file's size and bytes must agree.
@@ -183,17 +190,17 @@ Status Namespace::RecoverInodes() {
   if (repairs.recounted != 0)
     CLIO_LOG_INFO("stored-byte counts (st_blocks) of {} files set from the blob index", repairs.recounted);
   if (highest > kMaxIno) return Corruption("inode " + std::to_string(highest) + " is past the largest inode number");
-  if (!hwm && !legacy) {
+  if (!stored.present) {
     // A new filesystem (nothing but the root) starts at 2; inodes without a mark are damage.
     if (highest != kRootIno)
       CLIO_LOG_WARN("metadata key {} is missing although inodes exist; rebuilt from the highest inode ({}) plus {}",
                     kInoHwmKey, highest, kRepairMargin);
     mark = highest == kRootIno ? kRootIno + 1 : highest + 1 + kRepairMargin;
-  } else if (!trusted) {
+  } else if (!stored.trusted) {
     mark = highest + 1 + kRepairMargin;
   } else if (mark <= highest) {
     CLIO_LOG_WARN("metadata key {} ({}) is not above the highest inode ({}): foreign or damaged; raised to {}",
-                  hwm ? kInoHwmKey : kLegacyNextInoKey, mark, highest, highest + 1 + kRepairMargin);
+                  stored.from_hwm ? kInoHwmKey : kLegacyNextInoKey, mark, highest, highest + 1 + kRepairMargin);
     mark = highest + 1 + kRepairMargin;
   }
   size_t removed = 0;

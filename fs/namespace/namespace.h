@@ -180,6 +180,15 @@ class Namespace {
   // At Open: the next inode number and a newly reserved, synced high-water mark past every
   // number handed out before; blobs of tags with no inode are removed.
   Status RecoverInodes() REQUIRES(mu_);
+  // The inode mark as stored (m/ino_hwm, or a format-3 m/next_ino plus a margin); a damaged
+  // one is logged and not trusted.
+  struct StoredMark {
+    uint64_t mark = 0;
+    bool trusted = false;   // decoded and in range
+    bool present = false;   // either key exists
+    bool from_hwm = false;  // the key was m/ino_hwm
+  };
+  Result<StoredMark> LoadInodeMark();
   // What RecoverInodes repaired, for its log lines.
   struct StartRepairs {
     uint64_t clipped = 0;     // files whose blobs held bytes past their size
