@@ -270,12 +270,18 @@ Status Namespace::ReconcileFile(uint64_t ino, std::string_view value, const Star
         durable = d->size;
       }
     }
-    const uint64_t floor = std::max(durable, end);
-    if (a.size > floor) {
+    // The end of the file was lost: it goes back to its durable size, a state it had (where
+    // the remaining bytes end may be no size it ever had: a chunk of a write flushed, the
+    // next one not), and what lies past that is forgotten like any unsynced write.
+    if (a.size > end && a.size > durable) {
       if (++r->shrunk <= kLogEach)
         CLIO_LOG_WARN("metadata key i/{}: the size {} of inode {} covered bytes a crash lost (never flushed or "
-                      "fsynced; {} remain, {} were durable); size set to {}", ino, a.size, ino, end, durable, floor);
-      a.size = floor;
+                      "fsynced; the remaining bytes end at {}); set back to its durable size {}",
+                      ino, a.size, ino, end, durable);
+      int64_t clipped = 0;
+      CLIO_RETURN_IF_ERROR(ClipData(ino, durable, &clipped));
+      delta += clipped;
+      a.size = durable;
     }
   }
   const uint64_t stored = st ? (delta < 0 && static_cast<uint64_t>(-delta) > st->stored ? 0 : st->stored + delta) : 0;

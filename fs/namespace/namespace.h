@@ -198,8 +198,8 @@ class Namespace {
   };
   // At Open, for one inode record: its size and stored count against what the blob index
   // holds of it (`st`, null for none). Bytes past the size are clipped (a write whose size
-  // update was lost); a size past the bytes a crash left is lowered to them, never below its
-  // size at the last durable point (data and size never disagree, as after ext4's ordered
+  // update was lost); a size whose end a crash lost goes back to its size at the last durable
+  // point (a state the file had; data and size never disagree, as after ext4's ordered
   // mode); the stored count is set from the index. `last_run`: the run that crashed, whose
   // durable-size records count. Repairs go into `b`.
   Status ReconcileFile(uint64_t ino, std::string_view value, const StartTag* st, uint64_t last_run, KvBatch* b,

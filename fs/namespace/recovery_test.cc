@@ -438,3 +438,33 @@ TEST_CASE("what a start found is durable: a later crash never shortens a file be
   CHECK(a.size == 50000);
   CHECK(*f.ns->Read(a.ino, 0, 100000) == std::string(3000, 'a') + std::string(47000, '\0'));
 }
+
+TEST_CASE("a file whose end a crash lost goes back to its durable size, not to where flushed bytes end") {
+  NsFixture f(/*flush_interval_ms=*/3600000);
+  f.commit_interval_ms = 3600 * 1000;
+  f.Restart();
+  constexpr uint64_t kDurable = 783362, kChunk = 1u << 20, kEnd = 1131917;
+  f.CrashAfter([&](NsFixture& c) -> std::string {
+    auto a = c.ns->Create(kRootIno, "f", 0644, 0, 0);
+    if (!a.ok() || !c.ns->Release(a->ino).ok()) throw std::string("create");
+    if (!c.ns->Write(a->ino, 0, std::string(kDurable, 'd')).ok() || !c.ns->Fsync(a->ino).ok())
+      throw std::string("write and fsync");
+    // Unsynced: the rest of the first chunk reaches the file tier (as the flusher takes it),
+    // the bytes past it stay on RAM; the size of both commits.
+    if (!c.ns->Write(a->ino, kDurable, std::string(kChunk - kDurable, 'n')).ok() || !c.cte->FlushTag(a->ino).ok())
+      throw std::string("first chunk");
+    if (!c.ns->Write(a->ino, kChunk, std::string(kEnd - kChunk, 'n')).ok() || !c.kv->Sync().ok())
+      throw std::string("past the chunk");
+    return "";
+  });
+  // 1 MiB, where the flushed bytes end, is a size the file never had: it goes back to the
+  // fsynced one, and the flushed bytes past it are gone (a later growth reads zeros there).
+  const InodeAttr a = *f.ns->Lookup(kRootIno, "f");
+  CHECK(a.size == kDurable);
+  CHECK(*f.ns->Read(a.ino, 0, kEnd) == std::string(kDurable, 'd'));
+  SetAttrRequest grow;
+  grow.valid = kSetSize;
+  grow.size = kChunk;
+  REQUIRE(f.ns->SetAttr(a.ino, grow).ok());
+  CHECK(*f.ns->Read(a.ino, kDurable, 16) == std::string(16, '\0'));
+}
