@@ -185,6 +185,9 @@ def main():
         ok = True
     except TestFailure as e:
         log(f"FAIL crash_loop (seed {args.seed}): {e}")
+        tail = env.log_tail()
+        if tail:
+            log("daemon logs:" + tail)
     finally:
         env.cleanup()
     print(f"{1 if ok else 0} passed, {0 if ok else 1} failed", flush=True)
