@@ -3,7 +3,6 @@
 
 #include "cli/array_connection.h"
 #include "cli/commands.h"
-#include "common/codec.h"
 #include "storage/safe/safe_protocol.h"
 
 namespace clio {
@@ -15,32 +14,15 @@ int ArrayOp(const CommandContext& ctx, const std::string& op, const std::string&
     std::fprintf(stderr, "clioctl: %s\n", c.status().message().c_str());
     return 1;
   }
-  Encoder e;
-  SafeBdevMethod method;
-  if (op == "add") {  // add POOL
-    method = SafeBdevMethod::kAddBdev;
-    e.PutBytes(args.at(0));
-  } else if (op == "verify") {  // verify: a scrub
-    method = SafeBdevMethod::kVerify;
-  } else if (op == "remove") {  // remove MEMBER [REASON]
-    method = SafeBdevMethod::kRemoveBdev;
-    e.PutBytes(args.at(0)).PutBytes(args.size() > 1 ? args[1] : "");
-  } else {  // recover MEMBER POOL
-    method = SafeBdevMethod::kRecoverBdev;
-    e.PutBytes(args.at(0)).PutBytes(args.at(1));
-  }
-  auto r = c->client->Call(c->pool, static_cast<uint32_t>(method), e.buffer());
-  if (!r.ok()) {
-    std::fprintf(stderr, "clioctl: array %s failed: %s\n", op.c_str(), r.status().ToString().c_str());
-    return r.status().code() == Code::kInvalidArgument || r.status().code() == Code::kNotFound ? 2 : 1;
-  }
-  if (op == "verify") {
-    Decoder d(*r);
-    uint64_t bad = 0;
-    if (!d.Get(&bad)) {
-      std::fprintf(stderr, "clioctl: array verify: bad reply from the runtime\n");
-      return 1;
-    }
+  // The refusal's code: usage (2) for a bad argument or an unknown member or pool.
+  auto failed = [&](const Status& s) {
+    std::fprintf(stderr, "clioctl: array %s failed: %s\n", op.c_str(), s.ToString().c_str());
+    return s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound ? 2 : 1;
+  };
+  if (op == "verify") {  // verify: a scrub
+    auto r = c->client->Call(c->pool, safeproto::Verify{});
+    if (!r.ok()) return failed(r.status());
+    const uint64_t bad = r->bad_stripes;
     if (ctx.json) {
       std::printf("%s\n", nlohmann::json{{"array", array}, {"op", op}, {"bad_stripes", bad}}.dump().c_str());
     } else {
@@ -49,6 +31,15 @@ int ArrayOp(const CommandContext& ctx, const std::string& op, const std::string&
     }
     return 0;
   }
+  Result<wire::Empty> r = wire::Empty{};
+  if (op == "add") {  // add POOL
+    r = c->client->Call(c->pool, safeproto::AddBdev{.pool = args.at(0)});
+  } else if (op == "remove") {  // remove MEMBER [REASON]
+    r = c->client->Call(c->pool, safeproto::RemoveBdev{.member = args.at(0), .reason = args.size() > 1 ? args[1] : ""});
+  } else {  // recover MEMBER POOL
+    r = c->client->Call(c->pool, safeproto::RecoverBdev{.member = args.at(0), .pool = args.at(1)});
+  }
+  if (!r.ok()) return failed(r.status());
   if (ctx.json) {
     std::printf("%s\n", nlohmann::json{{"array", array}, {"op", op}, {"ok", true}}.dump().c_str());
   } else {

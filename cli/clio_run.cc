@@ -18,7 +18,6 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "common/codec.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "daemon/config.h"
@@ -231,13 +230,9 @@ int Stop(const RuntimeConfig& cfg) {
     std::fprintf(stderr, "clio_run: %s\n", c.status().message().c_str());
     return 1;
   }
-  Encoder none;
-  auto ping = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kPing), none.buffer());
-  uint64_t pid = 0;
-  const std::string d_bytes = ping.ok() ? *ping : std::string();
-  Decoder d(d_bytes);
-  d.Get(&pid);
-  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStop), none.buffer(), RuntimeClient::Resend::kNever);
+  auto ping = (*c)->Call(0, adminproto::Ping{});
+  const uint64_t pid = ping.ok() ? ping->pid : 0;
+  auto r = (*c)->Call(0, adminproto::Stop{});
   if (!r.ok()) {
     std::fprintf(stderr, "clio_run: stop failed: %s\n", r.status().ToString().c_str());
     return 1;
@@ -270,13 +265,12 @@ int StatusCmd(const RuntimeConfig& cfg) {
     std::printf("not running (%s)\n", c.status().message().c_str());
     return 1;
   }
-  Encoder none;
-  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kStatus), none.buffer());
+  auto r = (*c)->Call(0, adminproto::GetStatus{});
   if (!r.ok()) {
     std::fprintf(stderr, "clio_run: status failed: %s\n", r.status().ToString().c_str());
     return 1;
   }
-  std::printf("running: %s", r->c_str());
+  std::printf("running: %s", r->bytes.c_str());
   return 0;
 }
 

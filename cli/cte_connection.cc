@@ -1,7 +1,7 @@
 #include "cli/cte_connection.h"
 
-#include "common/codec.h"
-#include "placement/cte_pool.h"
+#include "placement/cte_protocol.h"
+#include "storage/media.h"
 
 namespace clio {
 
@@ -17,8 +17,8 @@ Result<CteConnection> CteConnection::Open(const CommandContext& ctx) {
 }
 
 Result<std::vector<TierInfo>> CteConnection::ListTiers() {
-  CLIO_ASSIGN_OR_RETURN(std::string r, client->Call(pool, static_cast<uint32_t>(CteMethod::kListTiers), ""));
-  return DecodeTierList(r);
+  CLIO_ASSIGN_OR_RETURN(cteproto::TierListReply r, client->Call(pool, cteproto::ListTiers{}));
+  return std::move(r.tiers);
 }
 
 Result<TierInfo> CteConnection::FindTier(const std::string& name) {
@@ -34,8 +34,8 @@ Result<TierInfo> CteConnection::FindTier(const std::string& name) {
 }
 
 Result<WritebackStats> CteConnection::Writeback() {
-  CLIO_ASSIGN_OR_RETURN(std::string r, client->Call(pool, static_cast<uint32_t>(CteMethod::kWriteback), ""));
-  return DecodeWritebackStats(r);
+  CLIO_ASSIGN_OR_RETURN(cteproto::WritebackReply r, client->Call(pool, cteproto::Writeback{}));
+  return std::move(r.stats);
 }
 
 }  // namespace clio

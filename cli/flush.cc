@@ -50,10 +50,10 @@ int FlushAllBlobs(const CommandContext& ctx) {
         const uint64_t left = DirtyBytes(*w);
         return Progress{left, total > left ? total - left : 0};
       },
-      [&] { return c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kFlushAll), ""); });
+      [&] { return c->client->Call(c->pool, cteproto::FlushAll{}).status(); });
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: flush failed (what was flushed stays flushed; run it again): %s\n",
-                 r.status().ToString().c_str());
+                 r.ToString().c_str());
     return 1;
   }
   auto after = c->Writeback();
@@ -125,7 +125,7 @@ int FlushPath(const CommandContext& ctx, const std::string& path) {
   auto r = WithProgress(
       !ctx.json && isatty(STDERR_FILENO) && entries.size() > 1, total, "flushed",
       [&]() -> std::optional<Progress> { return Progress{total - done.load(), done.load()}; },
-      [&]() -> Result<std::string> {
+      [&]() -> Status {
         for (const Entry& e : entries) {
           const int fd = ::open(e.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (e.dir ? O_DIRECTORY : 0));
           const bool ok = fd >= 0 && ::fsync(fd) == 0;
@@ -138,7 +138,7 @@ int FlushPath(const CommandContext& ctx, const std::string& path) {
           (e.dir ? dirs : files) += 1;
           done += e.size;
         }
-        return std::string();
+        return Status::Ok();
       });
   (void)r;
   for (const std::string& e : errors) std::fprintf(stderr, "clioctl: flush: %s\n", e.c_str());

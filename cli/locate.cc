@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "cli/cte_connection.h"
 #include "cli/progress.h"
-#include "common/codec.h"
 #include "common/size.h"
 #include "daemon/ipc.h"
 #include "fs/protocol/fs_messages.h"
@@ -27,8 +26,8 @@ int Fail(const std::string& what) {
 
 // The clio_fs pool called `name`, or the only one when `name` is empty.
 Result<uint32_t> FindFsPool(RuntimeClient& client, const std::string& name) {
-  CLIO_ASSIGN_OR_RETURN(std::string raw, client.Call(0, static_cast<uint32_t>(AdminMethod::kListPools), ""));
-  CLIO_ASSIGN_OR_RETURN(std::vector<PoolInfo> pools, DecodePoolList(raw));
+  CLIO_ASSIGN_OR_RETURN(adminproto::PoolListReply list, client.Call(0, adminproto::ListPools{}));
+  const std::vector<PoolInfo>& pools = list.pools;
   std::vector<const PoolInfo*> fs;
   std::string names;
   for (const PoolInfo& p : pools) {

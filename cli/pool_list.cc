@@ -27,17 +27,12 @@ int PoolList(const CommandContext& ctx) {
     std::fprintf(stderr, "clioctl: %s\n", c.status().message().c_str());
     return 1;
   }
-  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kListPools), "");
+  auto r = (*c)->Call(0, adminproto::ListPools{});
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: pool list failed: %s\n", r.status().ToString().c_str());
     return 1;
   }
-  auto rows = DecodePoolList(*r);
-  if (!rows.ok()) {
-    std::fprintf(stderr, "clioctl: pool list: bad reply from the runtime: %s\n", rows.status().message().c_str());
-    return 1;
-  }
-  PrintPools(ctx, *rows);
+  PrintPools(ctx, r->pools);
   return 0;
 }
 

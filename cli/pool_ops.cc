@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "common/codec.h"
 #include "daemon/ipc.h"
 
 namespace clio {
@@ -25,17 +24,15 @@ int Fail(const char* what, const Status& s) {
 }
 
 // Sends a compose document; prints the pools the runtime reports back.
-int SendDocument(const CommandContext& ctx, const char* what, AdminMethod method, const std::string& source,
+// Not resent after a broken connection: a second create would find the first one's pools.
+int SendDocument(const CommandContext& ctx, const char* what, bool create, const std::string& source,
                  const std::string& yaml, const char* verb) {
   auto c = Connect(ctx);
   if (!c.ok()) return Fail(what, c.status());
-  Encoder e;
-  e.PutBytes(source).PutBytes(yaml);
-  // Not resent after a broken connection: a second create would find the first one's pools.
-  auto r = (*c)->Call(0, static_cast<uint32_t>(method), e.buffer(), RuntimeClient::Resend::kNever);
+  auto r = create ? (*c)->Call(0, adminproto::CreatePools{.source = source, .yaml = yaml})
+                  : (*c)->Call(0, adminproto::ComposeStop{.source = source, .yaml = yaml});
   if (!r.ok()) return Fail(what, r.status());
-  auto pools = DecodePoolList(*r);
-  if (!pools.ok()) return Fail(what, pools.status().WithContext("bad reply from the runtime"));
+  const std::vector<PoolInfo>* pools = &r->pools;
   if (ctx.json) {
     PrintPools(ctx, *pools);
   } else if (pools->empty()) {
@@ -58,9 +55,8 @@ Result<std::string> ReadFile(const std::string& path) {
 
 // The smallest free major id from 1000 up: ids below are the config's by convention.
 Result<uint32_t> FreePoolId(RuntimeClient& c) {
-  auto r = c.Call(0, static_cast<uint32_t>(AdminMethod::kListPools), "");
-  if (!r.ok()) return r.status();
-  CLIO_ASSIGN_OR_RETURN(std::vector<PoolInfo> pools, DecodePoolList(*r));
+  CLIO_ASSIGN_OR_RETURN(adminproto::PoolListReply r, c.Call(0, adminproto::ListPools{}));
+  const std::vector<PoolInfo>& pools = r.pools;
   for (uint32_t id = 1000;; ++id)
     if (std::none_of(pools.begin(), pools.end(), [id](const PoolInfo& p) { return p.id == id; })) return id;
 }
@@ -111,16 +107,14 @@ int PoolCreate(const CommandContext& ctx, const std::string& module, const std::
     (*node)[last] = kv.substr(eq + 1);
   }
   // JSON is YAML: the runtime reads it with the config's parser.
-  return SendDocument(ctx, "pool create", AdminMethod::kCreatePools, "clioctl pool create " + name, entry.dump(),
+  return SendDocument(ctx, "pool create", true, "clioctl pool create " + name, entry.dump(),
                       "created");
 }
 
 int PoolDestroy(const CommandContext& ctx, const std::string& name) {
   auto c = Connect(ctx);
   if (!c.ok()) return Fail("pool destroy", c.status());
-  Encoder e;
-  e.PutBytes(name);
-  auto r = (*c)->Call(0, static_cast<uint32_t>(AdminMethod::kDestroyPool), e.buffer(), RuntimeClient::Resend::kNever);
+  auto r = (*c)->Call(0, adminproto::DestroyPool{name});
   if (!r.ok()) return Fail("pool destroy", r.status());
   if (ctx.json)
     std::printf("%s\n", nlohmann::json{{"destroyed", name}}.dump().c_str());
@@ -136,8 +130,7 @@ int Compose(const CommandContext& ctx, bool start, const std::string& file) {
     std::fprintf(stderr, "clioctl: %s: %s\n", what, yaml.status().message().c_str());
     return 2;
   }
-  return SendDocument(ctx, what, start ? AdminMethod::kCreatePools : AdminMethod::kComposeStop, file, *yaml,
-                      start ? "created" : "destroyed");
+  return SendDocument(ctx, what, start, file, *yaml, start ? "created" : "destroyed");
 }
 
 }  // namespace clio

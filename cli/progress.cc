@@ -14,9 +14,9 @@ std::string Count(uint64_t n, const std::string& one, const std::string& many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-Result<std::string> WithProgress(bool show, uint64_t total, const std::string& done_word,
+Status WithProgress(bool show, uint64_t total, const std::string& done_word,
                                  const std::function<std::optional<Progress>()>& poll,
-                                 const std::function<Result<std::string>()>& op) {
+                                 const std::function<Status()>& op) {
   if (!show) return op();
   std::atomic<bool> finished{false};
   std::thread bar([&] {
@@ -44,7 +44,7 @@ Result<std::string> WithProgress(bool show, uint64_t total, const std::string& d
     }
     std::fprintf(stderr, "\n");
   });
-  Result<std::string> r = op();
+  Status r = op();
   finished.store(true);
   bar.join();
   return r;

@@ -23,8 +23,8 @@ struct Progress {
 // Runs `op`; meanwhile, when `show` (a terminal, no --json) redraws every half second one line:
 // a bar of (total - left) / total, the bytes left, `done_word` bytes done, the rate and the
 // time left, from `poll` (nullopt: keep the last line). One last line once `op` returned.
-Result<std::string> WithProgress(bool show, uint64_t total, const std::string& done_word,
+Status WithProgress(bool show, uint64_t total, const std::string& done_word,
                                  const std::function<std::optional<Progress>()>& poll,
-                                 const std::function<Result<std::string>()>& op);
+                                 const std::function<Status()>& op);
 
 }  // namespace clio

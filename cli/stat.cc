@@ -20,8 +20,8 @@ int Stat(const CommandContext& ctx) {
     std::fprintf(stderr, "clioctl: stat: %s\n", c.status().message().c_str());
     return 1;
   }
-  auto raw = c->client->Call(0, static_cast<uint32_t>(AdminMethod::kRuntimeStats), "");
-  Result<RuntimeStats> rt = raw.ok() ? DecodeRuntimeStats(*raw) : Result<RuntimeStats>(raw.status());
+  auto reply = c->client->Call(0, adminproto::GetRuntimeStats{});
+  Result<RuntimeStats> rt = reply.ok() ? Result<RuntimeStats>(reply->stats) : Result<RuntimeStats>(reply.status());
   auto tiers = c->ListTiers();
   auto wb = c->Writeback();
   for (const Status& s : {rt.status(), tiers.status(), wb.status()}) {

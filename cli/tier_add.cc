@@ -55,19 +55,17 @@ int TierAdd(const CommandContext& ctx, const std::vector<std::string>& args) {
     std::fprintf(stderr, "clioctl: tier add: %s\n", c.status().ToString().c_str());
     return 1;
   }
-  // Not resent after a broken connection: a second add would find the first one's tier.
-  auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kAddTier), EncodeTierSpec(keys),
-                           RuntimeClient::Resend::kNever);
+  const std::string spec = EncodeTierSpec(keys);
+  auto r = c->client->Call(c->pool, cteproto::AddTier{.spec = {spec}});
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: tier add %s: %s\n", args.front().c_str(), r.status().ToString().c_str());
     return r.status().code() == Code::kConfigError ? 2 : 1;
   }
-  auto added = DecodeTierList(*r);
-  if (!added.ok() || added->size() != 1) {
+  if (r->tiers.size() != 1) {
     std::fprintf(stderr, "clioctl: tier add: unexpected reply from the runtime\n");
     return 1;
   }
-  const TierInfo& t = added->front();
+  const TierInfo& t = r->tiers.front();
   if (ctx.json) {
     std::printf("%s\n", nlohmann::json{{"name", t.name},
                                        {"id", t.tier_id},

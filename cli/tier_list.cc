@@ -5,7 +5,6 @@
 
 #include "cli/commands.h"
 #include "cli/cte_connection.h"
-#include "common/codec.h"
 #include "common/size.h"
 #include "placement/cte_pool.h"
 
@@ -44,15 +43,12 @@ int TierList(const CommandContext& ctx) {
   };
   std::vector<Row> rows;
   for (const TierInfo& t : *tiers) {
-    Encoder e;
-    e.Put<uint64_t>(t.tier_id);
-    auto p = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kDrainProgress), e.buffer());
-    Result<DrainProgress> d = p.ok() ? DecodeDrainProgress(*p) : Result<DrainProgress>(p.status());
-    if (!d.ok()) {
-      std::fprintf(stderr, "clioctl: tier list: tier '%s': %s\n", t.name.c_str(), d.status().ToString().c_str());
+    auto p = c->client->Call(c->pool, cteproto::GetDrainProgress{.tier = t.tier_id});
+    if (!p.ok()) {
+      std::fprintf(stderr, "clioctl: tier list: tier '%s': %s\n", t.name.c_str(), p.status().ToString().c_str());
       return 1;
     }
-    rows.push_back({&t, *d});
+    rows.push_back({&t, p->progress});
   }
   if (ctx.json) {
     nlohmann::json out = nlohmann::json::array();

@@ -7,7 +7,6 @@
 #include "cli/commands.h"
 #include "cli/cte_connection.h"
 #include "cli/progress.h"
-#include "common/codec.h"
 #include "common/size.h"
 #include "placement/cte_pool.h"
 
@@ -27,9 +26,7 @@ int TierLifespan(const CommandContext& ctx, const std::string& name, std::option
   auto t = c->FindTier(name);
   if (!t.ok()) return Fail("tier lifespan", t.status());
   if (days) {
-    Encoder e;
-    e.Put<uint64_t>(t->tier_id).Put<double>(*days);
-    auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kSetLifespan), e.buffer());
+    auto r = c->client->Call(c->pool, cteproto::SetLifespan{.tier = t->tier_id, .days = *days});
     if (!r.ok()) return Fail("tier lifespan set " + name, r.status());
     t = c->FindTier(name);
     if (!t.ok()) return Fail("tier lifespan", t.status());
@@ -48,26 +45,23 @@ int TierDrain(const CommandContext& ctx, const std::string& name, bool undrain) 
   if (!c.ok()) return Fail("tier drain", c.status());
   auto t = c->FindTier(name);
   if (!t.ok()) return Fail("tier drain", t.status());
-  Encoder e;
-  e.Put<uint64_t>(t->tier_id);
-  const CteMethod m = undrain ? CteMethod::kUndrain : CteMethod::kDrain;
   // A drain answers once the tier is empty (or fails naming why, leaving every blob intact);
   // meanwhile, on a terminal, a second connection polls its progress.
   auto r = WithProgress(
       !undrain && !ctx.json && isatty(STDERR_FILENO), t->stats.used, "moved",
       [&]() -> std::optional<Progress> {
-        auto p = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kDrainProgress), e.buffer());
+        auto p = c->client->Call(c->pool, cteproto::GetDrainProgress{.tier = t->tier_id});
         if (!p.ok()) return std::nullopt;
-        auto progress = DecodeDrainProgress(*p);
-        if (!progress.ok()) return std::nullopt;
-        return Progress{progress->bytes_left, progress->moved_bytes};
+        return Progress{p->progress.bytes_left, p->progress.moved_bytes};
       },
-      [&] { return c->client->Call(c->pool, static_cast<uint32_t>(m), e.buffer()); });
-  if (!r.ok()) return Fail(std::string(undrain ? "tier undrain " : "tier drain ") + name, r.status());
-  auto p = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kDrainProgress), e.buffer());
+      [&] {
+        return undrain ? c->client->Call(c->pool, cteproto::Undrain{.tier = t->tier_id}).status()
+                       : c->client->Call(c->pool, cteproto::Drain{.tier = t->tier_id}).status();
+      });
+  if (!r.ok()) return Fail(std::string(undrain ? "tier undrain " : "tier drain ") + name, r);
+  auto p = c->client->Call(c->pool, cteproto::GetDrainProgress{.tier = t->tier_id});
   if (!p.ok()) return Fail("tier drain progress", p.status());
-  auto progress = DecodeDrainProgress(*p);
-  if (!progress.ok()) return Fail("tier drain progress", progress.status());
+  const DrainProgress* progress = &p->progress;
   if (ctx.json) {
     std::printf("%s\n", nlohmann::json{{"name", name},
                                        {"draining", progress->draining},

@@ -4,7 +4,6 @@
 
 #include "cli/commands.h"
 #include "cli/cte_connection.h"
-#include "common/codec.h"
 #include "placement/cte_pool.h"
 
 namespace clio {
@@ -20,10 +19,7 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
     std::fprintf(stderr, "clioctl: tier rm: %s\n", t.status().ToString().c_str());
     return 1;
   }
-  Encoder e;
-  e.Put<uint64_t>(t->tier_id);
-  auto r = c->client->Call(c->pool, static_cast<uint32_t>(CteMethod::kRemoveTier), e.buffer(),
-                           RuntimeClient::Resend::kNever);
+  auto r = c->client->Call(c->pool, cteproto::RemoveTier{.tier = t->tier_id});
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: tier rm %s: %s\n", name.c_str(), r.status().ToString().c_str());
     return 1;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "common/message.h"
+
 namespace clio {
 
 enum class CallerClass : uint8_t {
@@ -22,6 +24,15 @@ inline const char* CallerClassName(CallerClass c) {
     case CallerClass::kAdmin: return "admin";
   }
   return "?";
+}
+
+// The caller class the request type of `Requests` (a tuple of typed requests,
+// common/message.h) with `method` declares (its `kCaller`); `unknown` for a method none has.
+template <class Requests>
+CallerClass DeclaredCaller(uint32_t method, CallerClass unknown = CallerClass::kAdmin) {
+  CallerClass c = unknown;
+  wire::VisitRequest<Requests>(method, [&](auto type) { c = decltype(type)::type::kCaller; });
+  return c;
 }
 
 }  // namespace clio

@@ -99,89 +99,18 @@ Result<int> ConnectTcp(const std::string& host, uint32_t port) {
 
 }  // namespace
 
-std::string EncodePoolList(const std::vector<PoolInfo>& pools) {
-  Encoder e;
-  e.Put<uint32_t>(static_cast<uint32_t>(pools.size()));
-  for (const PoolInfo& p : pools) e.Put<uint32_t>(p.id).PutBytes(p.name).PutBytes(p.module).PutBytes(p.describe);
-  return e.Take();
+CallerClass AdminCallerOf(uint32_t method) {
+  return DeclaredCaller<adminproto::AllRequests>(method);
 }
 
 Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes) {
-  Decoder d(bytes);
-  uint32_t n = 0;
-  d.Get(&n);
-  if (n > bytes.size()) return Corruption("pool list: impossible count");
-  std::vector<PoolInfo> out;
-  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
-    PoolInfo p;
-    d.Get(&p.id);
-    d.GetString(&p.name);
-    d.GetString(&p.module);
-    d.GetString(&p.describe);
-    out.push_back(std::move(p));
-  }
-  CLIO_RETURN_IF_ERROR(d.Finish("pool list"));
-  return out;
-}
-
-CallerClass AdminCallerOf(uint32_t method) {
-  switch (static_cast<AdminMethod>(method)) {
-    case AdminMethod::kPing:
-    case AdminMethod::kStatus:
-    case AdminMethod::kFindPool:
-    case AdminMethod::kListPools:
-    case AdminMethod::kRuntimeStats:
-    case AdminMethod::kOpenChannel:
-    case AdminMethod::kHello:
-      return CallerClass::kReader;
-    default:
-      return CallerClass::kAdmin;  // stop, pool create and destroy, compose stop, unknown
-  }
-}
-
-Result<std::string> DecodeHello(std::string_view payload) {
-  Decoder d(payload);
-  std::string token;
-  d.GetString(&token);
-  CLIO_RETURN_IF_ERROR(d.Finish("Hello"));
-  return token;
-}
-
-Result<uint32_t> DecodeOpenChannel(std::string_view payload) {
-  Decoder d(payload);
-  uint32_t wanted = 0;
-  d.Get(&wanted);
-  CLIO_RETURN_IF_ERROR(d.Finish("OpenChannel"));
-  return wanted;
-}
-
-std::string EncodeRuntimeStats(const RuntimeStats& s) {
-  Encoder e;
-  e.Put(s.pid).Put(s.uptime_s).Put(s.worker_threads).Put(s.client_connections).Put(s.pools);
-  e.Put(s.shm_channels).Put(s.tcp_connections).Put(s.malformed_frames).Put(s.reaped_clients);
-  e.Put(s.extra_workers).Put(s.workers_added).Put(s.slow_threads).Put(s.slow_tasks).Put(s.async_tasks);
-  return e.Take();
+  CLIO_ASSIGN_OR_RETURN(adminproto::PoolListReply r, wire::Decode<adminproto::PoolListReply>(bytes));
+  return std::move(r.pools);
 }
 
 Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes) {
-  Decoder d(bytes);
-  RuntimeStats s;
-  d.Get(&s.pid);
-  d.Get(&s.uptime_s);
-  d.Get(&s.worker_threads);
-  d.Get(&s.client_connections);
-  d.Get(&s.pools);
-  d.Get(&s.shm_channels);
-  d.Get(&s.tcp_connections);
-  d.Get(&s.malformed_frames);
-  d.Get(&s.reaped_clients);
-  d.Get(&s.extra_workers);
-  d.Get(&s.workers_added);
-  d.Get(&s.slow_threads);
-  d.Get(&s.slow_tasks);
-  d.Get(&s.async_tasks);
-  CLIO_RETURN_IF_ERROR(d.Finish("runtime stats"));
-  return s;
+  CLIO_ASSIGN_OR_RETURN(adminproto::RuntimeStatsReply r, wire::Decode<adminproto::RuntimeStatsReply>(bytes));
+  return r.stats;
 }
 
 Status ValidateRequestHeader(const RequestHeader& h) {
@@ -323,9 +252,7 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
       return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
     CLIO_ASSIGN_OR_RETURN(conn->fd, ConnectTcp(options_.tcp_host, options_.tcp_port));
     conn->mode = IpcMode::kTcp;
-    Encoder hello;
-    hello.PutBytes(token_);
-    auto r = CallOn(*conn, 0, static_cast<uint32_t>(AdminMethod::kHello), hello.buffer());
+    auto r = CallOn(*conn, 0, static_cast<uint32_t>(AdminMethod::kHello), wire::Encode(adminproto::Hello{token_}));
     if (!r.ok()) return r.status().WithContext("TCP hello to " + options_.tcp_host + ":" + std::to_string(options_.tcp_port));
   }
   if (channel && conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
@@ -343,9 +270,8 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
 }
 
 Status RuntimeClient::OpenChannel(Conn& c, bool* refused) {
-  Encoder e;
-  e.Put<uint32_t>(options_.shm_bytes);
-  auto granted = CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kOpenChannel), e.buffer());
+  auto granted = CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kOpenChannel),
+                        wire::Encode(adminproto::OpenChannel{options_.shm_bytes}));
   if (!granted.ok()) {
     // An answer with an error code is a clean refusal; a broken or garbled exchange is not.
     const Code code = granted.status().code();
@@ -436,13 +362,11 @@ Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t metho
 }
 
 Result<uint32_t> RuntimeClient::FindPool(std::string_view name) {
-  Encoder e;
-  e.PutBytes(name);
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(0, static_cast<uint32_t>(AdminMethod::kFindPool), e.buffer()));
-  Decoder d(reply);
-  uint32_t id = 0;
-  if (!d.Get(&id) || !d.Finish("FindPool reply").ok()) return Internal("bad FindPool reply from the runtime");
-  return id;
+  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(0, static_cast<uint32_t>(AdminMethod::kFindPool),
+                                                 wire::Encode(adminproto::FindPool{std::string(name)})));
+  auto r = wire::Decode<adminproto::FindPoolReply>(reply);
+  if (!r.ok()) return Internal("bad FindPool reply from the runtime");
+  return r->id;
 }
 
 Result<std::string> RuntimeClient::Call(uint32_t pool, uint32_t method, std::string_view payload,

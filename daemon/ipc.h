@@ -15,8 +15,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/message.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "daemon/admin_protocol.h"
 #include "daemon/caller.h"
 #include "daemon/defaults.h"
 #include "daemon/pool_query.h"
@@ -65,70 +67,6 @@ inline constexpr uint32_t kResponsePayloadOnSocket = 1;
 Status ValidateRequestHeader(const RequestHeader& h);
 Status ValidateResponseHeader(const ResponseHeader& h);
 
-// Methods of the admin pool (pool 0).
-enum class AdminMethod : uint32_t {
-  kPing = 1,      // -> u64 runtime pid
-  kStatus = 2,    // -> string (human text)
-  kStop = 3,      // graceful stop; replies before stopping
-  kFindPool = 4,  // string name -> u32 pool major
-  kListPools = 5, // -> EncodePoolList, in creation order; pool-log pools not running last
-  kRuntimeStats = 6,  // -> EncodeRuntimeStats
-  // string source, string yaml (a compose document) -> EncodePoolList of the pools created.
-  // Not idempotent: a resend would find its own pools. (pool create, compose start)
-  kCreatePools = 7,
-  kDestroyPool = 8,   // string name -> empty (pool destroy)
-  kComposeStop = 9,   // string source, string yaml -> EncodePoolList of the pools destroyed
-  // Transport methods, answered by the server itself:
-  // u32 data bytes wanted -> u32 data bytes granted, then (Unix socket only) one byte carrying
-  // two descriptors (SCM_RIGHTS): the channel's memfd segment and its eventfd.
-  kOpenChannel = 10,
-  // string token -> empty. The first request on a TCP connection; anything else first, or a
-  // wrong token, closes it (PermissionDenied).
-  kHello = 11,
-};
-
-// Who may call an admin method: reports (ping, status, pools, stats) are readers'; stop and
-// pool changes the admin's; the transport methods (Hello, OpenChannel) come before any class
-// is known and count as readers'.
-CallerClass AdminCallerOf(uint32_t method);
-
-// The payloads of the transport methods: Hello's token, OpenChannel's wanted data bytes.
-// Corruption for anything else.
-Result<std::string> DecodeHello(std::string_view payload);
-Result<uint32_t> DecodeOpenChannel(std::string_view payload);
-
-// One pool as ListPools reports it.
-struct PoolInfo {
-  uint32_t id = 0;  // major id
-  std::string name, module, describe;
-};
-// u32 n, then per pool: u32 major, string name, module, describe.
-std::string EncodePoolList(const std::vector<PoolInfo>& pools);
-Result<std::vector<PoolInfo>> DecodePoolList(std::string_view bytes);
-
-// What `clioctl stat` shows of the runtime itself.
-struct RuntimeStats {
-  uint64_t pid = 0;
-  uint64_t uptime_s = 0;
-  uint32_t worker_threads = 0;      // runtime.num_threads
-  uint64_t client_connections = 0;  // open now, the asking one included
-  uint32_t pools = 0;
-  uint64_t shm_channels = 0;      // connections with a shared-memory channel, open now
-  uint64_t tcp_connections = 0;   // TCP connections open now
-  uint64_t malformed_frames = 0;  // connections closed for a frame that failed its checks
-  uint64_t reaped_clients = 0;    // connections closed because their client process died
-  uint32_t extra_workers = 0;     // threads the monitor added to stuck I/O workers, now
-  uint64_t workers_added = 0;     // ever
-  uint32_t slow_threads = 0;      // threads of the slow class now
-  uint64_t slow_tasks = 0;        // tasks run on the slow class
-  uint64_t async_tasks = 0;       // tasks handled asynchronously (Pool::IsAsync)
-};
-// u64 pid, uptime_s, u32 worker_threads, u64 client_connections, u32 pools, u64 shm_channels,
-// tcp_connections, malformed_frames, reaped_clients, u32 extra_workers, u64 workers_added, u32
-// slow_threads, u64 slow_tasks, u64 async_tasks.
-std::string EncodeRuntimeStats(const RuntimeStats& s);
-Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes);
-
 // How a client reaches the runtime (CLIO_IPC_MODE, docs/ipc.md). kAuto: shared memory when the
 // runtime's Unix socket answers (same machine), a plain Unix socket if the runtime cannot make a
 // shared-memory channel, TCP when no Unix socket answers and runtime.tcp_port is set.
@@ -176,6 +114,15 @@ class RuntimeClient {
   // returned otherwise.
   Result<std::string> Call(uint32_t pool, uint32_t method, std::string_view payload,
                            Resend resend = Resend::kFreely, const PoolQuery& query = {});
+  // A typed request (common/message.h), its reply decoded. Sent again after a broken
+  // connection only when the request type says it is idempotent (`kIdempotent`).
+  template <class Req>
+  requires requires { Req::kMethod; Req::kIdempotent; }
+  Result<typename Req::Reply> Call(uint32_t pool, const Req& req) {
+    CLIO_ASSIGN_OR_RETURN(std::string r, Call(pool, static_cast<uint32_t>(Req::kMethod), wire::Encode(req),
+                                              Req::kIdempotent ? Resend::kFreely : Resend::kNever));
+    return wire::Decode<typename Req::Reply>(std::move(r));
+  }
   // The id of the pool named `name` (AdminMethod::kFindPool): NotFound when the runtime has
   // none, Internal on a reply that is not one u32.
   Result<uint32_t> FindPool(std::string_view name);

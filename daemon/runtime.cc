@@ -658,78 +658,80 @@ Status Runtime::RouteHere(const Pool& pool, uint32_t method, std::string_view pa
 }
 
 Result<std::string> Runtime::HandleAdmin(uint32_t method, std::string_view payload) {
-  Encoder out;
-  switch (static_cast<AdminMethod>(method)) {
-    case AdminMethod::kPing:
-      out.Put<uint64_t>(static_cast<uint64_t>(getpid()));
-      return out.Take();
-    case AdminMethod::kStatus: {
-      int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::steady_clock::now().time_since_epoch()).count();
-      std::string s = "runtime pid " + std::to_string(getpid()) + ", up " +
-                      std::to_string(now - start_time_) + " s, config " + config_.file +
-                      "\nsocket " + config_.socket_path + "\nstate " + config_.state_dir + "\nhttp " + http_state_ + "\npools:\n";
-      for (const auto& slot : Slots()) {
-        const Pool& p = *slot->pool;
-        s += "  " + std::to_string(p.id()) + "  " + p.name() + "  (" + p.module_name() + ") " + p.Describe() +
-             (slot->from_config ? "" : " [created at run time]") + "\n";
-      }
-      MutexLock l(&compose_mu_);
-      for (const Logged& rec : logged_)
-        if (!rec.failure.empty()) s += "  -  " + rec.name + "  NOT RUNNING (pool log): " + rec.failure + "\n";
-      return s;
-    }
-    case AdminMethod::kStop:
-      stop_requested_ = true;
-      return std::string();
-    case AdminMethod::kFindPool: {
-      Decoder in(payload);
-      std::string name;
-      in.GetString(&name);
-      CLIO_RETURN_IF_ERROR(in.Finish("FindPool"));
-      Pool* p = FindByName(name);
-      if (!p) return NotFound("no pool named '" + name + "'");
-      out.Put<uint32_t>(p->id());
-      return out.Take();
-    }
-    case AdminMethod::kRuntimeStats:
-      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("RuntimeStats"));
-      return EncodeRuntimeStats(Stats());
-    case AdminMethod::kListPools: {
-      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("ListPools"));
-      std::vector<PoolInfo> list;
-      for (const auto& slot : Slots())
-        list.push_back({slot->pool->id(), slot->pool->name(), slot->pool->module_name(), slot->pool->Describe()});
-      MutexLock l(&compose_mu_);
-      for (const Logged& rec : logged_)
-        if (!rec.failure.empty()) list.push_back({rec.major, rec.name, rec.mod_name, "NOT RUNNING (pool log): " + rec.failure});
-      return EncodePoolList(list);
-    }
-    case AdminMethod::kCreatePools:
-    case AdminMethod::kComposeStop: {
-      Decoder in(payload);
-      std::string source, yaml;
-      in.GetString(&source);
-      in.GetString(&yaml);
-      CLIO_RETURN_IF_ERROR(in.Finish(method == static_cast<uint32_t>(AdminMethod::kCreatePools) ? "CreatePools" : "ComposeStop"));
-      auto r = method == static_cast<uint32_t>(AdminMethod::kCreatePools) ? CreatePools(yaml, source)
-                                                                           : DestroyPools(yaml, source);
-      if (!r.ok()) return r.status();
-      return EncodePoolList(*r);
-    }
-    case AdminMethod::kOpenChannel:
-    case AdminMethod::kHello:
-      return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
-    case AdminMethod::kDestroyPool: {
-      Decoder in(payload);
-      std::string name;
-      in.GetString(&name);
-      CLIO_RETURN_IF_ERROR(in.Finish("DestroyPool"));
-      CLIO_RETURN_IF_ERROR(DestroyPool(name));
-      return std::string();
-    }
-  }
+  if (auto serve = AdminHandlers::Find(method)) return serve(*this, payload);
   return Status(Code::kNotSupported, "unknown admin method " + std::to_string(method));
+}
+
+Result<adminproto::PingReply> Runtime::Run(const adminproto::Ping&) {
+  return adminproto::PingReply{static_cast<uint64_t>(getpid())};
+}
+
+Result<wire::Raw> Runtime::Run(const adminproto::GetStatus&) {
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::string s = "runtime pid " + std::to_string(getpid()) + ", up " + std::to_string(now - start_time_) +
+                  " s, config " + config_.file + "\nsocket " + config_.socket_path + "\nstate " + config_.state_dir +
+                  "\nhttp " + http_state_ + "\npools:\n";
+  for (const auto& slot : Slots()) {
+    const Pool& p = *slot->pool;
+    s += "  " + std::to_string(p.id()) + "  " + p.name() + "  (" + p.module_name() + ") " + p.Describe() +
+         (slot->from_config ? "" : " [created at run time]") + "\n";
+  }
+  MutexLock l(&compose_mu_);
+  for (const Logged& rec : logged_)
+    if (!rec.failure.empty()) s += "  -  " + rec.name + "  NOT RUNNING (pool log): " + rec.failure + "\n";
+  return wire::Raw{std::move(s)};
+}
+
+Result<wire::Empty> Runtime::Run(const adminproto::Stop&) {
+  stop_requested_ = true;
+  return wire::Empty{};
+}
+
+Result<adminproto::FindPoolReply> Runtime::Run(const adminproto::FindPool& r) {
+  Pool* p = FindByName(r.name);
+  if (!p) return NotFound("no pool named '" + r.name + "'");
+  return adminproto::FindPoolReply{p->id()};
+}
+
+Result<adminproto::PoolListReply> Runtime::Run(const adminproto::ListPools&) {
+  adminproto::PoolListReply list;
+  for (const auto& slot : Slots())
+    list.pools.push_back({slot->pool->id(), slot->pool->name(), slot->pool->module_name(), slot->pool->Describe()});
+  MutexLock l(&compose_mu_);
+  for (const Logged& rec : logged_)
+    if (!rec.failure.empty())
+      list.pools.push_back({rec.major, rec.name, rec.mod_name, "NOT RUNNING (pool log): " + rec.failure});
+  return list;
+}
+
+Result<adminproto::RuntimeStatsReply> Runtime::Run(const adminproto::GetRuntimeStats&) {
+  return adminproto::RuntimeStatsReply{Stats()};
+}
+
+Result<adminproto::PoolListReply> Runtime::Run(const adminproto::CreatePools& r) {
+  CLIO_ASSIGN_OR_RETURN(std::vector<PoolInfo> made, CreatePools(r.yaml, r.source));
+  return adminproto::PoolListReply{std::move(made)};
+}
+
+Result<wire::Empty> Runtime::Run(const adminproto::DestroyPool& r) {
+  CLIO_RETURN_IF_ERROR(DestroyPool(r.name));
+  return wire::Empty{};
+}
+
+Result<adminproto::PoolListReply> Runtime::Run(const adminproto::ComposeStop& r) {
+  CLIO_ASSIGN_OR_RETURN(std::vector<PoolInfo> gone, DestroyPools(r.yaml, r.source));
+  return adminproto::PoolListReply{std::move(gone)};
+}
+
+// The transport methods reach the runtime only through a path that skips the server (an
+// in-process call): the server answers them on the connection.
+Result<adminproto::OpenChannelReply> Runtime::Run(const adminproto::OpenChannel&) {
+  return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
+}
+
+Result<wire::Empty> Runtime::Run(const adminproto::Hello&) {
+  return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
 }
 
 }  // namespace clio

@@ -97,7 +97,21 @@ class Runtime : public PoolRegistry {
     ComposeEntry entry;    // as the log holds it (node points into root)
   };
 
+  // The admin pool's methods (daemon/admin_protocol.h): one Run per request type.
   Result<std::string> HandleAdmin(uint32_t method, std::string_view payload);
+  using AdminHandlers = wire::Handlers<Runtime, adminproto::AllRequests>;
+  friend AdminHandlers;
+  Result<adminproto::PingReply> Run(const adminproto::Ping& r);
+  Result<wire::Raw> Run(const adminproto::GetStatus& r);
+  Result<wire::Empty> Run(const adminproto::Stop& r);
+  Result<adminproto::FindPoolReply> Run(const adminproto::FindPool& r);
+  Result<adminproto::PoolListReply> Run(const adminproto::ListPools& r);
+  Result<adminproto::RuntimeStatsReply> Run(const adminproto::GetRuntimeStats& r);
+  Result<adminproto::PoolListReply> Run(const adminproto::CreatePools& r);
+  Result<wire::Empty> Run(const adminproto::DestroyPool& r);
+  Result<adminproto::PoolListReply> Run(const adminproto::ComposeStop& r);
+  Result<adminproto::OpenChannelReply> Run(const adminproto::OpenChannel& r);
+  Result<wire::Empty> Run(const adminproto::Hello& r);
   Status RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const;
   // The HTTP actions behind the token (daemon/http_api.cc).
   void RouteHttpActions(HttpServer& http, std::string token);

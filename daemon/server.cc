@@ -525,7 +525,8 @@ class Server::Impl {
   template <typename Socket>
   Result<std::string> Transport(Connection<Socket>& conn, const RequestHeader& h, std::string_view payload) {
     if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
-      CLIO_ASSIGN_OR_RETURN(std::string token, DecodeHello(payload));
+      CLIO_ASSIGN_OR_RETURN(adminproto::Hello hello, wire::Decode<adminproto::Hello>(payload));
+      const std::string& token = hello.token;
       if (!std::is_same_v<Socket, TcpSocket>) return std::string();  // Unix: nothing to prove
       if (!TokensMatch(token, options_.token)) {
         CLIO_LOG_WARN("TCP client presented a wrong token: connection closed");
@@ -534,7 +535,8 @@ class Server::Impl {
       conn.authenticated = true;
       return std::string();
     }
-    CLIO_ASSIGN_OR_RETURN(uint32_t wanted, DecodeOpenChannel(payload));
+    CLIO_ASSIGN_OR_RETURN(adminproto::OpenChannel open, wire::Decode<adminproto::OpenChannel>(payload));
+    const uint32_t wanted = open.wanted;
     if constexpr (std::is_same_v<Socket, TcpSocket>) {
       return Status(Code::kNotSupported, "shared-memory channels need the runtime on this machine (Unix socket)");
     } else {
@@ -551,9 +553,7 @@ class Server::Impl {
       conn.segment.emplace(std::move(seg));
       conn.wake.emplace(conn.sock.get_executor(), ev);
       conn.client_wake = client_end;  // sent right after the answer
-      Encoder e;
-      e.Put<uint32_t>(bytes);
-      return e.Take();
+      return wire::Encode(adminproto::OpenChannelReply{bytes});
     }
   }
 

@@ -279,145 +279,81 @@ std::string CtePool::Describe() const {
   return std::to_string(cte_->ListTiers().size()) + " tiers";
 }
 
-CallerClass CtePool::CallerOf(uint32_t method) const {
-  switch (static_cast<CteMethod>(method)) {
-    case CteMethod::kListTiers:
-    case CteMethod::kDrainProgress:
-    case CteMethod::kWriteback:
-      return CallerClass::kReader;
-    default:
-      return CallerClass::kAdmin;
-  }
-}
+CallerClass CtePool::CallerOf(uint32_t method) const { return DeclaredCaller<cteproto::AllRequests>(method); }
 
 Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
-  switch (static_cast<CteMethod>(method)) {
-    case CteMethod::kListTiers:
-      return EncodeTierList(cte_->ListTiers());
-    case CteMethod::kSetLifespan: {
-      Decoder d(payload);
-      uint64_t id = 0;
-      double days = 0;
-      d.Get(&id);
-      d.Get(&days);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core SetLifespan"));
-      CLIO_RETURN_IF_ERROR(cte_->SetLifespan(id, days));
-      return std::string();
-    }
-    case CteMethod::kDrain:
-    case CteMethod::kDrainProgress:
-    case CteMethod::kUndrain: {
-      Decoder d(payload);
-      uint64_t id = 0;
-      d.Get(&id);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core tier request"));
-      if (static_cast<CteMethod>(method) == CteMethod::kDrainProgress) {
-        CLIO_ASSIGN_OR_RETURN(DrainProgress p, cte_->GetDrainProgress(id));
-        return EncodeDrainProgress(p);
-      }
-      CLIO_RETURN_IF_ERROR(static_cast<CteMethod>(method) == CteMethod::kDrain ? cte_->Drain(id)
-                                                                              : cte_->Undrain(id));
-      return std::string();
-    }
-    case CteMethod::kAddTier: {
-      // One runtime-added tier; its keys are checked by the same parser as the config's.
-      // Attaching looks the pool up, which the runtime records as a use (so the pool cannot
-      // be destroyed under the tier); a tier that was not added gives the use back.
-      MutexLock l(&attached_mu_);
-      std::optional<LookupsSeen> seen;
-      if (registry_) seen.emplace(registry_);
-      auto tc = ParseTierSpec(payload, "clioctl tier add", seen ? &*seen : nullptr);
-      Status named = tc.ok() ? NameTierForNode(kv_, node_id_, &*tc) : tc.status();
-      auto info = named.ok() ? cte_->AddTier(*tc, payload) : Result<TierInfo>(named);
-      if (!info.ok()) {
-        if (seen)
-          for (uint32_t pool : seen->seen()) ReleaseUnused(pool);
-        return info.status();
-      }
-      if (tc->attached_pool) attached_[info->tier_id] = tc->attached_pool;
-      return EncodeTierList({*info});
-    }
-    case CteMethod::kRemoveTier: {
-      Decoder d(payload);
-      uint64_t id = 0;
-      d.Get(&id);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core RemoveTier"));
-      MutexLock l(&attached_mu_);
-      CLIO_RETURN_IF_ERROR(cte_->RemoveTier(id));
-      if (auto it = attached_.find(id); it != attached_.end()) {
-        // The pool's device is no tier any more: it may be destroyed now.
-        const uint32_t pool = it->second;
-        attached_.erase(it);
-        ReleaseUnused(pool);
-      }
-      return std::string();
-    }
-    case CteMethod::kWriteback:
-      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("clio_cte_core Writeback"));
-      return EncodeWritebackStats(cte_->GetWritebackStats());
-    case CteMethod::kFlushAll:
-      // What fsync gives one file, for every file: flushed copies, then a durable index.
-      CLIO_RETURN_IF_ERROR(Decoder(payload).Finish("clio_cte_core FlushAll"));
-      CLIO_RETURN_IF_ERROR(cte_->FlushAll());
-      CLIO_RETURN_IF_ERROR(kv_->Sync());
-      return std::string();
-    case CteMethod::kReorganize: {
-      Decoder d(payload);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_cte_core Reorganize"));
-      CLIO_ASSIGN_OR_RETURN(ReorganizeStats st, cte_->ReorganizeOnce());
-      return EncodeReorganizeStats(st);
-    }
-  }
+  if (auto serve = Handlers::Find(method)) return serve(*this, payload);
   return Status(Code::kNotSupported, "clio_cte_core: unknown method " + std::to_string(method));
 }
 
-std::string EncodeTierList(const std::vector<TierInfo>& tiers) {
-  Encoder e;
-  e.Put<uint32_t>(static_cast<uint32_t>(tiers.size()));
-  for (const TierInfo& t : tiers) {
-    e.PutBytes(t.name).Put<uint64_t>(t.tier_id).Put<double>(t.score);
-    e.Put<uint8_t>(static_cast<uint8_t>(t.stats.type)).Put<uint8_t>(static_cast<uint8_t>(t.stats.persistence));
-    e.Put<uint64_t>(t.stats.capacity).Put<uint64_t>(t.stats.remaining).Put<uint64_t>(t.stats.used);
-    e.Put<double>(t.stats.lifetime_days).PutBytes(t.stats.backend).PutBytes(t.stats.health);
+Result<cteproto::TierListReply> CtePool::Run(const cteproto::ListTiers&) {
+  return cteproto::TierListReply{cte_->ListTiers()};
+}
+
+Result<wire::Empty> CtePool::Run(const cteproto::SetLifespan& r) {
+  CLIO_RETURN_IF_ERROR(cte_->SetLifespan(r.tier, r.days));
+  return wire::Empty{};
+}
+
+Result<wire::Empty> CtePool::Run(const cteproto::Drain& r) {
+  CLIO_RETURN_IF_ERROR(cte_->Drain(r.tier));
+  return wire::Empty{};
+}
+
+Result<cteproto::DrainProgressReply> CtePool::Run(const cteproto::GetDrainProgress& r) {
+  CLIO_ASSIGN_OR_RETURN(DrainProgress p, cte_->GetDrainProgress(r.tier));
+  return cteproto::DrainProgressReply{p};
+}
+
+Result<wire::Empty> CtePool::Run(const cteproto::Undrain& r) {
+  CLIO_RETURN_IF_ERROR(cte_->Undrain(r.tier));
+  return wire::Empty{};
+}
+
+Result<cteproto::ReorganizeReply> CtePool::Run(const cteproto::Reorganize&) {
+  CLIO_ASSIGN_OR_RETURN(ReorganizeStats st, cte_->ReorganizeOnce());
+  return cteproto::ReorganizeReply{st};
+}
+
+// One runtime-added tier; its keys are checked by the same parser as the config's. Attaching
+// looks the pool up, which the runtime records as a use (so the pool cannot be destroyed under
+// the tier); a tier that was not added gives the use back.
+Result<cteproto::TierListReply> CtePool::Run(const cteproto::AddTier& r) {
+  MutexLock l(&attached_mu_);
+  std::optional<LookupsSeen> seen;
+  if (registry_) seen.emplace(registry_);
+  auto tc = ParseTierSpec(r.spec.bytes, "clioctl tier add", seen ? &*seen : nullptr);
+  Status named = tc.ok() ? NameTierForNode(kv_, node_id_, &*tc) : tc.status();
+  auto info = named.ok() ? cte_->AddTier(*tc, r.spec.bytes) : Result<TierInfo>(named);
+  if (!info.ok()) {
+    if (seen)
+      for (uint32_t pool : seen->seen()) ReleaseUnused(pool);
+    return info.status();
   }
-  return e.Take();
+  if (tc->attached_pool) attached_[info->tier_id] = tc->attached_pool;
+  return cteproto::TierListReply{{*info}};
 }
 
-std::string EncodeDrainProgress(const DrainProgress& p) {
-  Encoder e;
-  e.Put<uint8_t>(p.draining ? 1 : 0).Put<uint64_t>(p.bytes_left).Put<uint64_t>(p.moved_bytes);
-  e.Put<uint64_t>(p.moved_copies);
-  return e.Take();
+Result<wire::Empty> CtePool::Run(const cteproto::RemoveTier& r) {
+  MutexLock l(&attached_mu_);
+  CLIO_RETURN_IF_ERROR(cte_->RemoveTier(r.tier));
+  if (auto it = attached_.find(r.tier); it != attached_.end()) {
+    // The pool's device is no tier any more: it may be destroyed now.
+    const uint32_t pool = it->second;
+    attached_.erase(it);
+    ReleaseUnused(pool);
+  }
+  return wire::Empty{};
 }
 
-Result<DrainProgress> DecodeDrainProgress(std::string_view bytes) {
-  Decoder d(bytes);
-  DrainProgress p;
-  uint8_t draining = 0;
-  d.Get(&draining);
-  d.Get(&p.bytes_left);
-  d.Get(&p.moved_bytes);
-  d.Get(&p.moved_copies);
-  CLIO_RETURN_IF_ERROR(d.Finish("drain progress"));
-  if (draining > 1) return Corruption("drain progress: bad flag");
-  p.draining = draining == 1;
-  return p;
+Result<cteproto::WritebackReply> CtePool::Run(const cteproto::Writeback&) {
+  return cteproto::WritebackReply{cte_->GetWritebackStats()};
 }
 
-std::string EncodeReorganizeStats(const ReorganizeStats& s) {
-  Encoder e;
-  e.Put<uint64_t>(s.candidates).Put<uint64_t>(s.promoted).Put<uint64_t>(s.demoted);
-  e.Put<uint64_t>(s.moved_bytes).Put<uint64_t>(s.budget).Put<uint64_t>(s.over_budget).Put<uint64_t>(s.skipped);
-  return e.Take();
-}
-
-Result<ReorganizeStats> DecodeReorganizeStats(std::string_view bytes) {
-  Decoder d(bytes);
-  ReorganizeStats s;
-  for (uint64_t* f : {&s.candidates, &s.promoted, &s.demoted, &s.moved_bytes, &s.budget, &s.over_budget, &s.skipped})
-    d.Get(f);
-  CLIO_RETURN_IF_ERROR(d.Finish("reorganize stats"));
-  return s;
+Result<wire::Empty> CtePool::Run(const cteproto::FlushAll&) {
+  CLIO_RETURN_IF_ERROR(cte_->FlushAll());
+  CLIO_RETURN_IF_ERROR(kv_->Sync());
+  return wire::Empty{};
 }
 
 nlohmann::json TierJson(const TierInfo& t) {
@@ -467,71 +403,6 @@ std::string CtePool::MonitorJson() const {
   // Tier names come from the config and may hold any bytes: never throw on bad UTF-8.
   return CteStatusJson(cte_->ListTiers(), cte_->GetWritebackStats())
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-std::string EncodeWritebackStats(const WritebackStats& w) {
-  Encoder e;
-  e.Put<uint32_t>(static_cast<uint32_t>(w.dirty.size()));
-  for (const DirtyLedger::TierCounters& c : w.dirty)
-    e.Put<uint64_t>(c.tier_id).Put<uint64_t>(c.limit).Put<uint64_t>(c.dirty).Put<uint64_t>(c.peak);
-  for (uint64_t v : {w.reserved, w.dirty_blobs, w.dirty_waits, w.dirty_wait_timeouts, w.evictions,
-                     w.evicted_bytes, w.flush_failures, w.flush_passes})
-    e.Put<uint64_t>(v);
-  e.Put<double>(w.oldest_dirty_s);
-  return e.Take();
-}
-
-Result<WritebackStats> DecodeWritebackStats(std::string_view bytes) {
-  Decoder d(bytes);
-  WritebackStats w;
-  uint32_t n = 0;
-  d.Get(&n);
-  if (n > bytes.size() / 32) return Corruption("writeback stats: impossible tier count");
-  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
-    DirtyLedger::TierCounters c;
-    d.Get(&c.tier_id);
-    d.Get(&c.limit);
-    d.Get(&c.dirty);
-    d.Get(&c.peak);
-    w.dirty.push_back(c);
-  }
-  for (uint64_t* f : {&w.reserved, &w.dirty_blobs, &w.dirty_waits, &w.dirty_wait_timeouts, &w.evictions,
-                      &w.evicted_bytes, &w.flush_failures, &w.flush_passes})
-    d.Get(f);
-  d.Get(&w.oldest_dirty_s);
-  CLIO_RETURN_IF_ERROR(d.Finish("writeback stats"));
-  return w;
-}
-
-Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes) {
-  Decoder d(bytes);
-  uint32_t n = 0;
-  d.Get(&n);
-  if (n > bytes.size()) return Corruption("tier list: impossible count");
-  std::vector<TierInfo> out;
-  for (uint32_t i = 0; i < n && !d.failed(); ++i) {
-    TierInfo t;
-    uint8_t type = 0, pers = 0;
-    d.GetString(&t.name);
-    d.Get(&t.tier_id);
-    d.Get(&t.score);
-    d.Get(&type);
-    d.Get(&pers);
-    d.Get(&t.stats.capacity);
-    d.Get(&t.stats.remaining);
-    d.Get(&t.stats.used);
-    d.Get(&t.stats.lifetime_days);
-    d.GetString(&t.stats.backend);
-    d.GetString(&t.stats.health);
-    if (FindMedium(static_cast<BdevType>(type)) == nullptr)
-      return Corruption("tier list: medium type " + std::to_string(type) + " is unknown here (a newer runtime?)");
-    if (pers > 2) return Corruption("tier list: bad persistence " + std::to_string(pers));
-    t.stats.type = static_cast<BdevType>(type);
-    t.stats.persistence = static_cast<Persistence>(pers);
-    out.push_back(std::move(t));
-  }
-  CLIO_RETURN_IF_ERROR(d.Finish("tier list"));
-  return out;
 }
 
 }  // namespace clio

@@ -9,25 +9,12 @@
 
 #include "daemon/pool.h"
 #include "placement/cte.h"
+#include "placement/cte_protocol.h"
 #include "storage/media.h"
 
 namespace clio {
 
 class KvStore;
-
-enum class CteMethod : uint32_t {
-  kListTiers = 10,      // -> EncodeTierList
-  kSetLifespan = 11,    // u64 tier id, f64 days -> empty
-  kDrain = 12,          // u64 tier id -> empty, once the tier is empty (blocks a worker)
-  kDrainProgress = 13,  // u64 tier id -> EncodeDrainProgress
-  kUndrain = 14,        // u64 tier id -> empty
-  kReorganize = 15,     // empty -> EncodeReorganizeStats (one pass now)
-  kAddTier = 16,        // EncodeTierSpec -> EncodeTierList of the new tier
-  kRemoveTier = 17,     // u64 tier id -> empty (a drained, empty tier)
-  kWriteback = 18,      // empty -> EncodeWritebackStats
-  kFlushAll = 19,       // empty -> empty, once every blob dirty at the call is flushed and the
-                        // metadata is durable (blocks a worker, like kDrain)
-};
 
 class CtePool : public Pool {
  public:
@@ -50,6 +37,20 @@ class CtePool : public Pool {
   Cte* cte() { return cte_.get(); }
 
  private:
+  using Handlers = wire::Handlers<CtePool, cteproto::AllRequests>;
+  friend Handlers;
+  // One per request type.
+  Result<cteproto::TierListReply> Run(const cteproto::ListTiers& r);
+  Result<wire::Empty> Run(const cteproto::SetLifespan& r);
+  Result<wire::Empty> Run(const cteproto::Drain& r);
+  Result<cteproto::DrainProgressReply> Run(const cteproto::GetDrainProgress& r);
+  Result<wire::Empty> Run(const cteproto::Undrain& r);
+  Result<cteproto::ReorganizeReply> Run(const cteproto::Reorganize& r);
+  Result<cteproto::TierListReply> Run(const cteproto::AddTier& r) EXCLUDES(attached_mu_);
+  Result<wire::Empty> Run(const cteproto::RemoveTier& r) EXCLUDES(attached_mu_);
+  Result<cteproto::WritebackReply> Run(const cteproto::Writeback& r);
+  Result<wire::Empty> Run(const cteproto::FlushAll& r);
+
   std::unique_ptr<Cte> cte_;
   KvStore* const kv_;
   const uint32_t node_id_;
@@ -96,19 +97,6 @@ Result<TierConfig> ParseTierSpec(std::string_view spec, const std::string& where
 // now lists itself: that record is dropped and the config's entry used.
 Status AddRecordedTiers(KvStore* kv, const std::string& file, PoolRegistry* registry, CteConfig* cfg);
 
-std::string EncodeTierList(const std::vector<TierInfo>& tiers);
-// u8 draining, u64 bytes_left, u64 moved_bytes, u64 moved_copies.
-std::string EncodeDrainProgress(const DrainProgress& p);
-Result<DrainProgress> DecodeDrainProgress(std::string_view bytes);
-// u64 candidates, promoted, demoted, moved_bytes, budget, over_budget, skipped.
-std::string EncodeReorganizeStats(const ReorganizeStats& s);
-Result<ReorganizeStats> DecodeReorganizeStats(std::string_view bytes);
-Result<std::vector<TierInfo>> DecodeTierList(std::string_view bytes);
-// u32 n, per volatile tier (u64 tier id, limit, dirty, peak); then u64 reserved, dirty_blobs,
-// dirty_waits, dirty_wait_timeouts, evictions, evicted_bytes, flush_failures, flush_passes,
-// f64 oldest_dirty_s.
-std::string EncodeWritebackStats(const WritebackStats& w);
-
 // A tier as `clioctl tier stat --json` prints it: name, id, type, capacity, used, remaining,
 // score, persistence, backend, lifetime_days, health.
 nlohmann::json TierJson(const TierInfo& t);
@@ -117,6 +105,5 @@ nlohmann::json TierJson(const TierInfo& t);
 // flush_passes, flush_failures, dirty_waits, dirty_wait_timeouts, evictions, evicted_bytes}}:
 // `clioctl stat --json`, the CTE pool's MonitorJson and the dashboard.
 nlohmann::json CteStatusJson(const std::vector<TierInfo>& tiers, const WritebackStats& w);
-Result<WritebackStats> DecodeWritebackStats(std::string_view bytes);
 
 }  // namespace clio

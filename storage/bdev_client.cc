@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "common/codec.h"
 #include "daemon/ipc.h"
 #include "storage/bdev_pool.h"
 
@@ -13,30 +12,22 @@ Result<BdevClient> BdevClient::Connect(RuntimeClient* rpc, std::string_view pool
   return BdevClient(rpc, id);
 }
 
-Result<std::string> BdevClient::Call(BdevMethod method, std::string_view payload,
-                                     RuntimeClient::Resend resend) {
-  if (pool_ != nullptr) return pool_->Handle(static_cast<uint32_t>(method), payload);
-  return rpc_->Call(pool_id_, static_cast<uint32_t>(method), payload, resend);
+template <class Req>
+Result<typename Req::Reply> BdevClient::Call(const Req& req) {
+  if (pool_ == nullptr) return rpc_->Call(pool_id_, req);
+  CLIO_ASSIGN_OR_RETURN(std::string reply, pool_->Handle(static_cast<uint32_t>(Req::kMethod), wire::Encode(req)));
+  return wire::Decode<typename Req::Reply>(std::move(reply));
 }
 
 Result<ExtentList> BdevClient::Allocate(uint64_t bytes) {
   if (pool_ != nullptr) return pool_->bdev()->Allocate(bytes);
-  Encoder e;
-  e.Put<uint64_t>(bytes);
-  // Not resent: a resend after a lost reply would leak the first allocation.
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kAllocateBlocks, e.buffer(), RuntimeClient::Resend::kNever));
-  Decoder d(reply);
-  ExtentList extents;
-  CLIO_RETURN_IF_ERROR(DecodeExtents(d, &extents));
-  CLIO_RETURN_IF_ERROR(d.Finish("AllocateBlocks reply"));
-  return extents;
+  CLIO_ASSIGN_OR_RETURN(bdevproto::ExtentsReply r, Call(bdevproto::AllocateBlocks{.bytes = bytes}));
+  return std::move(r.extents.list);
 }
 
 Status BdevClient::Free(const ExtentList& extents) {
   if (pool_ != nullptr) return pool_->bdev()->Free(extents);
-  Encoder e;
-  EncodeExtents(e, extents);
-  return Call(BdevMethod::kFreeBlocks, e.buffer(), RuntimeClient::Resend::kNever).status();
+  return Call(bdevproto::FreeBlocks{.extents = {extents}}).status();
 }
 
 Result<uint64_t> BdevClient::Write(const ExtentList& extents, uint64_t offset,
@@ -45,19 +36,15 @@ Result<uint64_t> BdevClient::Write(const ExtentList& extents, uint64_t offset,
     CLIO_RETURN_IF_ERROR(pool_->bdev()->Write(extents, offset, data));
     return static_cast<uint64_t>(data.size());
   }
+  bdevproto::Write req{.extents = {extents}, .offset = 0, .data = {}};
   uint64_t done = 0;
   do {
     const uint64_t n = std::min<uint64_t>(data.size() - done, kMaxBdevIoBytes);
-    Encoder e;
-    EncodeExtents(e, extents);
-    e.Put<uint64_t>(offset + done).PutBytes(data.substr(done, n));
-    CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kWrite, e.buffer(), RuntimeClient::Resend::kFreely));
-    Decoder d(reply);
-    uint64_t written = 0;
-    d.Get(&written);
-    CLIO_RETURN_IF_ERROR(d.Finish("Write reply"));
-    if (written != n) return IoError("bdev write: " + std::to_string(written) + " of " +
-                                     std::to_string(n) + " bytes written");
+    req.offset = offset + done;
+    req.data = data.substr(done, n);
+    CLIO_ASSIGN_OR_RETURN(bdevproto::WriteReply r, Call(req));
+    if (r.written != n) return IoError("bdev write: " + std::to_string(r.written) + " of " +
+                                       std::to_string(n) + " bytes written");
     done += n;
   } while (done < data.size());
   return done;
@@ -65,46 +52,41 @@ Result<uint64_t> BdevClient::Write(const ExtentList& extents, uint64_t offset,
 
 Status BdevClient::Read(const ExtentList& extents, uint64_t offset, uint64_t len, char* out) {
   if (pool_ != nullptr) return pool_->bdev()->Read(extents, offset, len, out);
+  bdevproto::Read req{.extents = {extents}, .offset = 0, .len = 0};
   uint64_t done = 0;
   do {
     const uint64_t n = std::min<uint64_t>(len - done, kMaxBdevIoBytes);
-    Encoder e;
-    EncodeExtents(e, extents);
-    e.Put<uint64_t>(offset + done).Put<uint64_t>(n);
-    CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kRead, e.buffer(), RuntimeClient::Resend::kFreely));
-    if (reply.size() != n)
-      return Corruption("bdev read: " + std::to_string(reply.size()) + " bytes back, asked " +
+    req.offset = offset + done;
+    req.len = n;
+    CLIO_ASSIGN_OR_RETURN(wire::Raw reply, Call(req));
+    if (reply.bytes.size() != n)
+      return Corruption("bdev read: " + std::to_string(reply.bytes.size()) + " bytes back, asked " +
                         std::to_string(n));
-    std::copy(reply.begin(), reply.end(), out + done);
+    std::copy(reply.bytes.begin(), reply.bytes.end(), out + done);
     done += n;
   } while (done < len);
   return Status::Ok();
 }
 
 Result<BdevStats> BdevClient::GetStats() {
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kGetStats, {}, RuntimeClient::Resend::kFreely));
-  return DecodeBdevStats(reply);
+  CLIO_ASSIGN_OR_RETURN(bdevproto::StatsReply r, Call(bdevproto::GetStats{}));
+  return r.stats;
 }
 
-Status BdevClient::Sync() { return Call(BdevMethod::kSync, {}, RuntimeClient::Resend::kFreely).status(); }
+Status BdevClient::Sync() { return Call(bdevproto::Sync{}).status(); }
 
-Status BdevClient::SetLifespan(double days) {
-  Encoder e;
-  e.Put<double>(days);
-  return Call(BdevMethod::kSetLifespan, e.buffer(), RuntimeClient::Resend::kFreely).status();
-}
+Status BdevClient::SetLifespan(double days) { return Call(bdevproto::SetLifespan{.days = days}).status(); }
 
-Status BdevClient::FlushAllocLog() { return Call(BdevMethod::kFlushAllocLog, {}, RuntimeClient::Resend::kFreely).status(); }
+Status BdevClient::FlushAllocLog() { return Call(bdevproto::FlushAllocLog{}).status(); }
 
 Result<GpuMemoryInfo> BdevClient::Update() {
-  CLIO_ASSIGN_OR_RETURN(std::string reply, Call(BdevMethod::kUpdate, {}, RuntimeClient::Resend::kFreely));
-  return DecodeGpuMemoryInfo(reply);
+  CLIO_ASSIGN_OR_RETURN(bdevproto::GpuMemoryReply r, Call(bdevproto::Update{}));
+  return r.info;
 }
 
 Result<std::string> BdevClient::Monitor() {
-  Encoder e;
-  e.PutBytes("stats");
-  return Call(BdevMethod::kMonitor, e.buffer(), RuntimeClient::Resend::kFreely);
+  CLIO_ASSIGN_OR_RETURN(wire::Raw r, Call(bdevproto::Monitor{.query = {"stats"}}));
+  return std::move(r.bytes);
 }
 
 }  // namespace clio

@@ -54,7 +54,9 @@ class BdevClient {
   Result<std::string> Monitor();
 
  private:
-  Result<std::string> Call(BdevMethod method, std::string_view payload, RuntimeClient::Resend resend);
+  // One request, to the pool in process or over the runtime client.
+  template <class Req>
+  Result<typename Req::Reply> Call(const Req& req);
 
   RuntimeClient* rpc_ = nullptr;
   uint32_t pool_id_ = 0;

@@ -3,19 +3,10 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "common/codec.h"
 #include "storage/bdev_config.h"
 #include "storage/bdev_protocol.h"
 
 namespace clio {
-namespace {
-
-Status BadRequest(std::string_view method, const Status& s) {
-  return Status(s.code(), "clio_bdev " + std::string(method) + ": " + s.message());
-}
-
-}  // namespace
-
 Result<BdevConfig> ParseBdevComposeEntry(const ComposeEntry& entry, const std::string& file) {
   ConfigReader r = ModuleKeys(entry, file);
   BdevConfig c;
@@ -75,105 +66,73 @@ std::string BdevPool::MonitorJson() const {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-CallerClass BdevPool::CallerOf(uint32_t method) const {
-  switch (static_cast<BdevMethod>(method)) {
-    case BdevMethod::kMonitor:
-    case BdevMethod::kGetStats:
-      return CallerClass::kReader;
-    default:
-      return CallerClass::kAdmin;
-  }
-}
+CallerClass BdevPool::CallerOf(uint32_t method) const { return DeclaredCaller<bdevproto::AllRequests>(method); }
 
 Result<std::string> BdevPool::Handle(uint32_t method, std::string_view payload) {
-  Decoder d(payload);
-  Encoder out;
-  switch (static_cast<BdevMethod>(method)) {
-    case BdevMethod::kMonitor: {
-      std::string query;
-      if (!payload.empty()) d.GetString(&query);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev Monitor"));
-      if (!query.empty() && query != "stats")
-        return InvalidArgument("clio_bdev Monitor: unknown query '" + query + "' (expected stats)");
-      return MonitorJson();
-    }
-    case BdevMethod::kAllocateBlocks: {
-      uint64_t bytes = 0;
-      d.Get(&bytes);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev AllocateBlocks"));
-      if (bytes == 0) return InvalidArgument("clio_bdev AllocateBlocks: 0 bytes");
-      CLIO_ASSIGN_OR_RETURN(ExtentList extents, bdev_->Allocate(bytes));
-      EncodeExtents(out, extents);
-      return out.Take();
-    }
-    case BdevMethod::kWrite: {
-      ExtentList extents;
-      uint64_t offset = 0;
-      std::string_view data;
-      Status s = DecodeExtents(d, &extents);
-      if (!s.ok()) return BadRequest("Write", s);
-      d.Get(&offset);
-      d.GetBytes(&data);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev Write"));
-      CLIO_RETURN_IF_ERROR(bdev_->Write(extents, offset, data));
-      out.Put<uint64_t>(data.size());
-      return out.Take();
-    }
-    case BdevMethod::kRead: {
-      ExtentList extents;
-      uint64_t offset = 0, len = 0;
-      Status s = DecodeExtents(d, &extents);
-      if (!s.ok()) return BadRequest("Read", s);
-      d.Get(&offset);
-      d.Get(&len);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev Read"));
-      // Bound the buffer before allocating it: never trust a length from the wire.
-      const uint64_t total = TotalSize(extents);
-      if (len > kMaxBdevIoBytes || offset > total || len > total - offset) {
-        return Status(Code::kOutOfRange, "clio_bdev Read: " + std::to_string(len) + " bytes at " +
-                                             std::to_string(offset) + " of " +
-                                             std::to_string(total) + " bytes of extents (at most " +
-                                             std::to_string(kMaxBdevIoBytes) + " per request)");
-      }
-      std::string buf(len, '\0');
-      CLIO_RETURN_IF_ERROR(bdev_->Read(extents, offset, len, buf.data()));
-      return buf;
-    }
-    case BdevMethod::kFreeBlocks: {
-      ExtentList extents;
-      Status s = DecodeExtents(d, &extents);
-      if (!s.ok()) return BadRequest("FreeBlocks", s);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev FreeBlocks"));
-      CLIO_RETURN_IF_ERROR(bdev_->Free(extents));
-      return std::string();
-    }
-    case BdevMethod::kGetStats:
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev GetStats"));
-      return EncodeBdevStats(bdev_->GetStats());
-    case BdevMethod::kSync:
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev Sync"));
-      CLIO_RETURN_IF_ERROR(bdev_->Sync());
-      return std::string();
-    case BdevMethod::kSetLifespan: {
-      double days = 0;
-      d.Get(&days);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev SetLifespan"));
-      if (!std::isfinite(days) || days < 0)
-        return InvalidArgument("clio_bdev SetLifespan: days must be a finite number >= 0");
-      bdev_->SetLifespan(days);
-      return std::string();
-    }
-    case BdevMethod::kFlushAllocLog:
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev FlushAllocLog"));
-      CLIO_RETURN_IF_ERROR(bdev_->FlushAllocLog());
-      return std::string();
-    case BdevMethod::kUpdate: {
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_bdev Update"));
-      CLIO_ASSIGN_OR_RETURN(GpuMemoryInfo info, bdev_->GpuMemory());
-      return EncodeGpuMemoryInfo(info);
-    }
-  }
+  if (auto serve = Handlers::Find(method)) return serve(*this, payload);
   return Status(Code::kNotSupported, "clio_bdev: unknown method " + std::to_string(method));
+}
+
+Result<wire::Raw> BdevPool::Run(const bdevproto::Monitor& r) {
+  if (!r.query.value.empty() && r.query.value != "stats")
+    return InvalidArgument("clio_bdev Monitor: unknown query '" + r.query.value + "' (expected stats)");
+  return wire::Raw{MonitorJson()};
+}
+
+Result<bdevproto::ExtentsReply> BdevPool::Run(const bdevproto::AllocateBlocks& r) {
+  if (r.bytes == 0) return InvalidArgument("clio_bdev AllocateBlocks: 0 bytes");
+  CLIO_ASSIGN_OR_RETURN(ExtentList extents, bdev_->Allocate(r.bytes));
+  return bdevproto::ExtentsReply{{std::move(extents)}};
+}
+
+Result<bdevproto::WriteReply> BdevPool::Run(const bdevproto::Write& r) {
+  CLIO_RETURN_IF_ERROR(bdev_->Write(r.extents.list, r.offset, r.data));
+  return bdevproto::WriteReply{r.data.size()};
+}
+
+Result<wire::Raw> BdevPool::Run(const bdevproto::Read& r) {
+  // Bound the buffer before allocating it: never trust a length from the wire.
+  const uint64_t total = TotalSize(r.extents.list);
+  if (r.len > kMaxBdevIoBytes || r.offset > total || r.len > total - r.offset) {
+    return Status(Code::kOutOfRange, "clio_bdev Read: " + std::to_string(r.len) + " bytes at " +
+                                         std::to_string(r.offset) + " of " + std::to_string(total) +
+                                         " bytes of extents (at most " + std::to_string(kMaxBdevIoBytes) +
+                                         " per request)");
+  }
+  wire::Raw buf{std::string(r.len, '\0')};
+  CLIO_RETURN_IF_ERROR(bdev_->Read(r.extents.list, r.offset, r.len, buf.bytes.data()));
+  return buf;
+}
+
+Result<wire::Empty> BdevPool::Run(const bdevproto::FreeBlocks& r) {
+  CLIO_RETURN_IF_ERROR(bdev_->Free(r.extents.list));
+  return wire::Empty{};
+}
+
+Result<bdevproto::StatsReply> BdevPool::Run(const bdevproto::GetStats&) {
+  return bdevproto::StatsReply{bdev_->GetStats()};
+}
+
+Result<wire::Empty> BdevPool::Run(const bdevproto::Sync&) {
+  CLIO_RETURN_IF_ERROR(bdev_->Sync());
+  return wire::Empty{};
+}
+
+Result<wire::Empty> BdevPool::Run(const bdevproto::SetLifespan& r) {
+  if (!std::isfinite(r.days) || r.days < 0)
+    return InvalidArgument("clio_bdev SetLifespan: days must be a finite number >= 0");
+  bdev_->SetLifespan(r.days);
+  return wire::Empty{};
+}
+
+Result<wire::Empty> BdevPool::Run(const bdevproto::FlushAllocLog&) {
+  CLIO_RETURN_IF_ERROR(bdev_->FlushAllocLog());
+  return wire::Empty{};
+}
+
+Result<bdevproto::GpuMemoryReply> BdevPool::Run(const bdevproto::Update&) {
+  CLIO_ASSIGN_OR_RETURN(GpuMemoryInfo info, bdev_->GpuMemory());
+  return bdevproto::GpuMemoryReply{info};
 }
 
 }  // namespace clio

@@ -16,6 +16,7 @@
 
 #include "daemon/pool.h"
 #include "storage/bdev.h"
+#include "storage/bdev_protocol.h"
 
 namespace clio {
 
@@ -37,6 +38,20 @@ class BdevPool : public Pool {
   std::string MonitorJson() const override;
 
  private:
+  using Handlers = wire::Handlers<BdevPool, bdevproto::AllRequests>;
+  friend Handlers;
+  // One per request type.
+  Result<wire::Raw> Run(const bdevproto::Monitor& r);
+  Result<bdevproto::ExtentsReply> Run(const bdevproto::AllocateBlocks& r);
+  Result<bdevproto::WriteReply> Run(const bdevproto::Write& r);
+  Result<wire::Raw> Run(const bdevproto::Read& r);
+  Result<wire::Empty> Run(const bdevproto::FreeBlocks& r);
+  Result<bdevproto::StatsReply> Run(const bdevproto::GetStats& r);
+  Result<wire::Empty> Run(const bdevproto::Sync& r);
+  Result<wire::Empty> Run(const bdevproto::SetLifespan& r);
+  Result<wire::Empty> Run(const bdevproto::FlushAllocLog& r);
+  Result<bdevproto::GpuMemoryReply> Run(const bdevproto::Update& r);
+
   const std::unique_ptr<Bdev> bdev_;
 };
 

@@ -309,7 +309,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
   State(req)->clean_files.Changing(ino);
-  fsproto::Write w{.ino = ino, .offset = static_cast<uint64_t>(off), .data = std::string_view(buf, size)};
+  fsproto::Write w{.ino = ino, .offset = static_cast<uint64_t>(off), .data = std::string_view(buf, size), .flags = {}};
   if (State(req)->kernel_times.load(std::memory_order_relaxed)) w.flags.value = kWriteKernelTimes;
   auto r = Call(req, w);
   if (!r.ok()) return ReplyErr(req, r.status());

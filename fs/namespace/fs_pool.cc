@@ -85,13 +85,6 @@ metrics::Counter FsPool::ErrorCounter(size_t op, int err) {
   return it->second;
 }
 
-template <size_t... I>
-constexpr std::array<FsPool::Handler, FsPool::kOps> FsPool::MakeHandlers(std::index_sequence<I...>) {
-  return {nullptr, &FsPool::Serve<std::tuple_element_t<I, fsproto::AllRequests>>...};
-}
-const std::array<FsPool::Handler, FsPool::kOps> FsPool::kHandlers =
-    MakeHandlers(std::make_index_sequence<std::tuple_size_v<fsproto::AllRequests>>());
-
 Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
   const auto start = std::chrono::steady_clock::now();
   const size_t op = method < kOps ? method : 0;  // unknown methods count as "unknown"
@@ -118,7 +111,7 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
       }
       if (!replayed) record.emplace(rq.client, rq.request_id, method);
     }
-    if (!replayed) r = (this->*kHandlers[op])(payload);
+    if (!replayed) r = Handlers::Find(method)(*this, payload);
   }
   latency_[op].Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (r.ok()) {
@@ -128,14 +121,6 @@ Result<std::string> FsPool::Handle(uint32_t method, std::string_view payload) {
     ErrorCounter(op, ToErrno(r.status())).Add();
   }
   return r;
-}
-
-template <class Req>
-Result<std::string> FsPool::Serve(std::string_view payload) {
-  if constexpr (requires { Req::Precheck(payload); }) CLIO_RETURN_IF_ERROR(Req::Precheck(payload));
-  CLIO_ASSIGN_OR_RETURN(Req req, fsproto::Decode<Req>(payload));
-  CLIO_ASSIGN_OR_RETURN(typename Req::Reply reply, Run(req));
-  return fsproto::Encode(std::move(reply));
 }
 
 template <class Req>

@@ -31,14 +31,9 @@ class FsPool : public Pool {
   CallerClass CallerOf(uint32_t method) const override { return MethodInfo(method).caller; }
 
  private:
-  // The handler table: one entry per FsMethod, built from fsproto::AllRequests.
-  using Handler = Result<std::string> (FsPool::*)(std::string_view payload);
-  static const std::array<Handler, kOps> kHandlers;
-  template <size_t... I>
-  static constexpr std::array<Handler, kOps> MakeHandlers(std::index_sequence<I...>);
-  // Decodes a request of type Req, runs it, encodes its reply.
-  template <class Req>
-  Result<std::string> Serve(std::string_view payload);
+  // The handler table, built from fsproto::AllRequests: one Run per request type.
+  using Handlers = wire::Handlers<FsPool, fsproto::AllRequests>;
+  friend Handlers;
   Result<std::string> Replay(FsMethod m, std::string_view payload);
   // The entry a request of type Req (parent, name) made, as its answer.
   template <class Req>

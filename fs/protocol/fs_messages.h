@@ -12,112 +12,33 @@
 #include <vector>
 
 #include "common/codec.h"
+#include "common/message.h"
 #include "common/status.h"
 #include "fs/protocol/fs_protocol.h"
 
+namespace clio {
+
+// The field codecs of the protocol's domain types (common/message.h finds them by lookup on
+// the type). DirEntry and NodeClaim list their fields in fs_protocol.h.
+inline void WireEncode(Encoder& e, const InodeAttr& a) { EncodeAttr(&e, a); }
+inline Status WireDecode(Decoder& d, InodeAttr& a) { return DecodeAttr(&d, &a), Status::Ok(); }
+inline void WireEncode(Encoder& e, const SetAttrRequest& r) { EncodeSetAttr(&e, r); }
+inline Status WireDecode(Decoder& d, SetAttrRequest& r) { return DecodeSetAttr(&d, &r), Status::Ok(); }
+inline void WireEncode(Encoder& e, const FsStatfs& s) { EncodeStatfs(&e, s); }
+inline Status WireDecode(Decoder& d, FsStatfs& s) { return DecodeStatfs(&d, &s), Status::Ok(); }
+
+}  // namespace clio
+
 namespace clio::fsproto {
 
-// A field sent only when it is not zero, and read only when bytes are left: added at the end
-// of a request after clients without it shipped (their requests still decode).
-template <class T>
-struct Trailing {
-  T value{};
-};
-
-// A reply that is the payload itself, no length (read, readlink, getxattr, listxattr).
-struct Raw {
-  std::string bytes;
-};
-
-// ---- the field visitors ----------------------------------------------------------------------
-
-class FieldWriter {
- public:
-  explicit FieldWriter(Encoder* e) : e_(e) {}
-  template <class T>
-  requires std::is_integral_v<T>
-  void operator()(const T& v) { e_->Put(v); }
-  void operator()(const std::string_view& v) { e_->PutBytes(v); }
-  void operator()(const std::string& v) { e_->PutBytes(v); }
-  void operator()(const InodeAttr& a) { EncodeAttr(e_, a); }
-  void operator()(const SetAttrRequest& r) { EncodeSetAttr(e_, r); }
-  void operator()(const FsStatfs& s) { EncodeStatfs(e_, s); }
-  void operator()(const DirEntry& d) {
-    e_->PutBytes(d.name);
-    EncodeAttr(e_, d.attr);
-  }
-  void operator()(const NodeClaim& c) { e_->Put(c.ino).Put(c.opens); }
-  template <class T>
-  void operator()(const Trailing<T>& t) {
-    if (t.value != T{}) e_->Put(t.value);
-  }
-  template <class T>
-  void operator()(const std::vector<T>& v) {
-    e_->Put<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (const T& x : v) (*this)(x);
-  }
-
- private:
-  Encoder* e_;
-};
-
-// The fewest bytes an element of a vector field takes on the wire.
-template <class T>
-constexpr size_t MinWireSize() {
-  if constexpr (std::is_integral_v<T>) return sizeof(T);
-  else if constexpr (std::is_same_v<T, NodeClaim>) return sizeof(uint64_t) + sizeof(uint32_t);
-  else if constexpr (std::is_same_v<T, DirEntry>) return sizeof(uint32_t) + 8 * 8 + 4 * 4;  // name length, attr
-  else return 1;
-}
-
-class FieldReader {
- public:
-  explicit FieldReader(Decoder* d) : d_(d) {}
-  template <class T>
-  requires std::is_integral_v<T>
-  void operator()(T& v) { d_->Get(&v); }
-  void operator()(std::string_view& v) { d_->GetBytes(&v); }
-  void operator()(std::string& v) { d_->GetString(&v); }
-  void operator()(InodeAttr& a) { DecodeAttr(d_, &a); }
-  void operator()(SetAttrRequest& r) { DecodeSetAttr(d_, &r); }
-  void operator()(FsStatfs& s) { DecodeStatfs(d_, &s); }
-  void operator()(DirEntry& e) {
-    d_->GetString(&e.name);
-    DecodeAttr(d_, &e.attr);
-  }
-  void operator()(NodeClaim& c) { d_->Get(&c.ino) && d_->Get(&c.opens); }
-  template <class T>
-  void operator()(Trailing<T>& t) {
-    if (d_->remaining() > 0) d_->Get(&t.value);
-  }
-  // A count is bounded by the bytes left over what each element takes at least on the wire,
-  // so a broken message cannot make the reader allocate much more than its own size.
-  template <class T>
-  void operator()(std::vector<T>& v) {
-    uint32_t n = 0;
-    if (!d_->Get(&n)) return;
-    if (n > d_->remaining() / MinWireSize<T>()) {
-      std::string_view rest;
-      d_->GetRaw(d_->remaining() + 1, &rest);  // fails the decoder: truncated
-      return;
-    }
-    v.resize(n);
-    for (T& x : v) {
-      if (d_->failed()) break;
-      (*this)(x);
-    }
-  }
-
- private:
-  Decoder* d_;
-};
+using wire::Empty;
+using wire::Raw;
+using wire::Trailing;
+using wire::Encode;
+using wire::Decode;
 
 // ---- replies -----------------------------------------------------------------------------
 
-struct Empty {
-  static constexpr const char* kName = "empty reply";
-  template <class S, class F> static void Fields(S&, F&&) {}
-};
 // An inode's attributes as a client sees them (lookup, getattr, setattr, mkdir, symlink,
 // mknod, link).
 struct AttrReply {
@@ -194,6 +115,7 @@ struct ReattachReply {
 #define CLIO_FS_REQUEST(Type, method, ReplyType) \
   static constexpr FsMethod kMethod = FsMethod::method; \
   static constexpr const char* kName = #Type;            \
+  static constexpr bool kBorrows = true;                        \
   using Reply = ReplyType
 
 struct Lookup {
@@ -406,43 +328,5 @@ constexpr bool InMethodOrder(std::index_sequence<I...>) {
 }
 static_assert(InMethodOrder(std::make_index_sequence<std::tuple_size_v<AllRequests>>()),
               "AllRequests must be in FsMethod order");
-
-// ---- encoding and decoding ---------------------------------------------------------------
-
-template <class M>
-std::string Encode(const M& m) {
-  if constexpr (std::is_same_v<M, Raw>) {
-    return m.bytes;
-  } else {
-    Encoder e;
-    M::Fields(m, FieldWriter(&e));
-    return e.Take();
-  }
-}
-// A read's bytes (up to 4 MiB) are moved, not copied.
-inline std::string Encode(Raw&& m) { return std::move(m.bytes); }
-
-// The whole input must be the message: a truncated one or trailing bytes are Corruption.
-template <class M>
-Result<M> Decode(std::string_view bytes) {
-  M m;
-  if constexpr (std::is_same_v<M, Raw>) {
-    m.bytes.assign(bytes);
-  } else {
-    Decoder d(bytes);
-    M::Fields(m, FieldReader(&d));
-    CLIO_RETURN_IF_ERROR(d.Finish(M::kName));
-  }
-  return m;
-}
-// A reply received whole: a Raw one takes the string without a copy.
-template <class M>
-Result<M> Decode(std::string&& bytes) {
-  if constexpr (std::is_same_v<M, Raw>) {
-    return Raw{std::move(bytes)};
-  } else {
-    return Decode<M>(std::string_view(bytes));
-  }
-}
 
 }  // namespace clio::fsproto

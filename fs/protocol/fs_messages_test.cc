@@ -22,7 +22,8 @@ void CheckRefusesDamage() {
   INFO(Req::kName);
   const std::string bytes = fsproto::Encode(Req{});
   // Trailing bytes (two: a write takes one as its optional flags).
-  auto padded = fsproto::Decode<Req>(bytes + "xy");
+  const std::string longer = bytes + "xy";
+  auto padded = fsproto::Decode<Req>(longer);
   REQUIRE_FALSE(padded.ok());
   CHECK(padded.status().code() == Code::kCorruption);
   CHECK(padded.status().message().find(Req::kName) != std::string::npos);

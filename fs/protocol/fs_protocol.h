@@ -39,11 +39,15 @@ struct InodeAttr {
 struct NodeClaim {
   uint64_t ino = 0;
   uint32_t opens = 0;
+  static constexpr size_t kMinWireSize = sizeof(uint64_t) + sizeof(uint32_t);
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.ino); f(s.opens); }
 };
 
 struct DirEntry {
   std::string name;
   InodeAttr attr;
+  static constexpr size_t kMinWireSize = sizeof(uint32_t) + 8 * 8 + 4 * 4;  // name length, attr
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.name); f(s.attr); }
 };
 
 struct FsStatfs {

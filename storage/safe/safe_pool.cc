@@ -130,51 +130,34 @@ std::string SafeBdevPool::MonitorJson() const {
 }
 
 Result<std::string> SafeBdevPool::Handle(uint32_t method, std::string_view payload) {
-  Decoder d(payload);
-  switch (method) {
-    case static_cast<uint32_t>(BdevMethod::kMonitor): {
-      std::string query;
-      if (!payload.empty()) d.GetString(&query);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_safe_bdev Monitor"));
-      if (!query.empty() && query != "stats")
-        return InvalidArgument("clio_safe_bdev Monitor: unknown query '" + query + "' (expected stats)");
-      return MonitorJson();
-    }
-    case static_cast<uint32_t>(SafeBdevMethod::kAddBdev): {
-      std::string pool;
-      d.GetString(&pool);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_safe_bdev AddBdev"));
-      CLIO_ASSIGN_OR_RETURN(SafeMember m, Resolve(pool));
-      CLIO_RETURN_IF_ERROR(array_->AddSpare(m));
-      return std::string();
-    }
-    case static_cast<uint32_t>(SafeBdevMethod::kRemoveBdev): {
-      std::string member, reason;
-      d.GetString(&member);
-      d.GetString(&reason);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_safe_bdev RemoveBdev"));
-      CLIO_RETURN_IF_ERROR(array_->RemoveMember(member, reason));
-      return std::string();
-    }
-    case static_cast<uint32_t>(SafeBdevMethod::kRecoverBdev): {
-      std::string member, pool;
-      d.GetString(&member);
-      d.GetString(&pool);
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_safe_bdev RecoverBdev"));
-      CLIO_ASSIGN_OR_RETURN(SafeMember m, Resolve(pool));
-      CLIO_RETURN_IF_ERROR(array_->Recover(member, m));
-      return std::string();
-    }
-    case static_cast<uint32_t>(SafeBdevMethod::kVerify): {
-      CLIO_RETURN_IF_ERROR(d.Finish("clio_safe_bdev Verify"));
-      CLIO_ASSIGN_OR_RETURN(uint64_t bad, array_->Verify());
-      Encoder out;
-      out.Put<uint64_t>(bad);
-      return out.Take();
-    }
-    default:
-      return BdevPool::Handle(method, payload);
-  }
+  if (auto serve = Handlers::Find(method)) return serve(*this, payload);
+  return BdevPool::Handle(method, payload);
+}
+
+CallerClass SafeBdevPool::CallerOf(uint32_t method) const {
+  return Handlers::Find(method) != nullptr ? DeclaredCaller<safeproto::AllRequests>(method) : BdevPool::CallerOf(method);
+}
+
+Result<wire::Empty> SafeBdevPool::Run(const safeproto::AddBdev& r) {
+  CLIO_ASSIGN_OR_RETURN(SafeMember m, Resolve(r.pool));
+  CLIO_RETURN_IF_ERROR(array_->AddSpare(m));
+  return wire::Empty{};
+}
+
+Result<wire::Empty> SafeBdevPool::Run(const safeproto::RemoveBdev& r) {
+  CLIO_RETURN_IF_ERROR(array_->RemoveMember(r.member, r.reason));
+  return wire::Empty{};
+}
+
+Result<wire::Empty> SafeBdevPool::Run(const safeproto::RecoverBdev& r) {
+  CLIO_ASSIGN_OR_RETURN(SafeMember m, Resolve(r.pool));
+  CLIO_RETURN_IF_ERROR(array_->Recover(r.member, m));
+  return wire::Empty{};
+}
+
+Result<safeproto::VerifyReply> SafeBdevPool::Run(const safeproto::Verify&) {
+  CLIO_ASSIGN_OR_RETURN(uint64_t bad, array_->Verify());
+  return safeproto::VerifyReply{bad};
 }
 
 }  // namespace clio

@@ -26,12 +26,20 @@ class SafeBdevPool : public BdevPool {
  public:
   SafeBdevPool(OpenedSafeBdev opened, PoolRegistry* registry)
       : BdevPool(std::move(opened.bdev)), array_(opened.array), registry_(registry) {}
+  // The array's own methods, then the bdev task interface (BdevPool).
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
+  CallerClass CallerOf(uint32_t method) const override;
   std::string Describe() const override;
   SafeArray* array() const { return array_; }
   std::string MonitorJson() const override;
 
  private:
+  using Handlers = wire::Handlers<SafeBdevPool, safeproto::AllRequests>;
+  friend Handlers;
+  Result<wire::Empty> Run(const safeproto::AddBdev& r);
+  Result<wire::Empty> Run(const safeproto::RemoveBdev& r);
+  Result<wire::Empty> Run(const safeproto::RecoverBdev& r);
+  Result<safeproto::VerifyReply> Run(const safeproto::Verify& r);
   Result<SafeMember> Resolve(const std::string& ref) const;
 
   SafeArray* const array_;

@@ -4,6 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "common/message.h"
+#include "daemon/caller.h"
 
 namespace clio {
 
@@ -14,4 +19,48 @@ enum class SafeBdevMethod : uint32_t {
   kVerify = 23,       // -> u64 stripes that did not verify (and were repaired): a scrub
 };
 
+// The requests and replies (common/message.h); every one is the administrator's.
+namespace safeproto {
+
+#define CLIO_SAFE_REQUEST(Type, ReplyType, idempotent)            \
+  static constexpr SafeBdevMethod kMethod = SafeBdevMethod::k##Type; \
+  static constexpr const char* kName = "clio_safe_bdev " #Type;     \
+  static constexpr bool kBorrows = true;                        \
+  static constexpr bool kIdempotent = idempotent;                    \
+  static constexpr CallerClass kCaller = CallerClass::kAdmin;        \
+  using Reply = ReplyType
+
+// `pool`: an id ("301.0") or a name.
+struct AddBdev {
+  CLIO_SAFE_REQUEST(AddBdev, wire::Empty, false);
+  std::string pool;
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.pool); }
+};
+struct RemoveBdev {
+  CLIO_SAFE_REQUEST(RemoveBdev, wire::Empty, false);
+  std::string member, reason;
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.member); f(s.reason); }
+};
+struct RecoverBdev {
+  CLIO_SAFE_REQUEST(RecoverBdev, wire::Empty, false);
+  std::string member, pool;
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.member); f(s.pool); }
+};
+struct VerifyReply {
+  static constexpr const char* kName = "clio_safe_bdev Verify reply";
+  uint64_t bad_stripes = 0;
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.bad_stripes); }
+};
+struct Verify {
+  CLIO_SAFE_REQUEST(Verify, VerifyReply, true);
+  template <class S, class F> static void Fields(S&, F&&) {}
+};
+
+#undef CLIO_SAFE_REQUEST
+
+using AllRequests = std::tuple<AddBdev, RemoveBdev, RecoverBdev, Verify>;
+static_assert(wire::CoversMethods<AllRequests>(SafeBdevMethod::kAddBdev, SafeBdevMethod::kVerify),
+              "every SafeBdevMethod needs one request type in AllRequests");
+
+}  // namespace safeproto
 }  // namespace clio
