@@ -34,6 +34,17 @@
 #include "common/codec.h"
 #include "common/status.h"
 
+// The head of a request type: its method (`Enum::k<Method>`), its name in errors (`prefix`
+// then the method), its reply, whether a client may send it again after a lost reply and who
+// may call it (a CallerClass, daemon/caller.h). Requests borrow from their payload.
+#define CLIO_WIRE_REQUEST(Enum, Method, prefix, ReplyType, idempotent, caller) \
+  static constexpr Enum kMethod = Enum::k##Method;                              \
+  static constexpr const char* kName = prefix #Method;                          \
+  static constexpr bool kBorrows = true;                                        \
+  static constexpr bool kIdempotent = idempotent;                               \
+  static constexpr auto kCaller = caller;                                       \
+  using Reply = ReplyType
+
 namespace clio::wire {
 
 // A field sent only when it is not its zero value, and read only when bytes are left: added

@@ -73,13 +73,8 @@ namespace adminproto {
 using wire::Empty;
 using wire::Raw;
 
-#define CLIO_ADMIN_REQUEST(Method, ReplyType, idempotent, caller)  \
-  static constexpr AdminMethod kMethod = AdminMethod::k##Method;   \
-  static constexpr const char* kName = #Method;                    \
-  static constexpr bool kBorrows = true;                        \
-  static constexpr bool kIdempotent = idempotent;                  \
-  static constexpr CallerClass kCaller = CallerClass::caller;      \
-  using Reply = ReplyType
+#define CLIO_ADMIN_REQUEST(Method, ReplyType, idempotent, caller) \
+  CLIO_WIRE_REQUEST(AdminMethod, Method, "", ReplyType, idempotent, CallerClass::caller)
 
 struct PingReply {
   static constexpr const char* kName = "Ping reply";

@@ -57,12 +57,7 @@ namespace cteproto {
 using wire::Empty;
 
 #define CLIO_CTE_REQUEST(Method, ReplyType, idempotent, caller) \
-  static constexpr CteMethod kMethod = CteMethod::k##Method;    \
-  static constexpr const char* kName = "clio_cte_core " #Method; \
-  static constexpr bool kBorrows = true;                        \
-  static constexpr bool kIdempotent = idempotent;              \
-  static constexpr CallerClass kCaller = CallerClass::caller;  \
-  using Reply = ReplyType
+  CLIO_WIRE_REQUEST(CteMethod, Method, "clio_cte_core ", ReplyType, idempotent, CallerClass::caller)
 
 struct TierListReply {
   static constexpr const char* kName = "tier list";

@@ -56,12 +56,7 @@ using wire::Empty;
 using wire::Raw;
 
 #define CLIO_BDEV_REQUEST(Type, ReplyType, idempotent, caller) \
-  static constexpr BdevMethod kMethod = BdevMethod::k##Type;   \
-  static constexpr const char* kName = "clio_bdev " #Type;     \
-  static constexpr bool kBorrows = true;                        \
-  static constexpr bool kIdempotent = idempotent;               \
-  static constexpr CallerClass kCaller = CallerClass::caller;   \
-  using Reply = ReplyType
+  CLIO_WIRE_REQUEST(BdevMethod, Type, "clio_bdev ", ReplyType, idempotent, CallerClass::caller)
 
 struct ExtentsReply {
   static constexpr const char* kName = "clio_bdev extents reply";

@@ -22,13 +22,8 @@ enum class SafeBdevMethod : uint32_t {
 // The requests and replies (common/message.h); every one is the administrator's.
 namespace safeproto {
 
-#define CLIO_SAFE_REQUEST(Type, ReplyType, idempotent)            \
-  static constexpr SafeBdevMethod kMethod = SafeBdevMethod::k##Type; \
-  static constexpr const char* kName = "clio_safe_bdev " #Type;     \
-  static constexpr bool kBorrows = true;                        \
-  static constexpr bool kIdempotent = idempotent;                    \
-  static constexpr CallerClass kCaller = CallerClass::kAdmin;        \
-  using Reply = ReplyType
+#define CLIO_SAFE_REQUEST(Type, ReplyType, idempotent) \
+  CLIO_WIRE_REQUEST(SafeBdevMethod, Type, "clio_safe_bdev ", ReplyType, idempotent, CallerClass::kAdmin)
 
 // `pool`: an id ("301.0") or a name.
 struct AddBdev {
