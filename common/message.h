@@ -80,7 +80,10 @@ template <class T, class A> struct IsVector<std::vector<T, A>> : std::true_type 
 template <class T> struct IsTrailing : std::false_type {};
 template <class T> struct IsTrailing<Trailing<T>> : std::true_type {};
 template <class T>
-constexpr bool kScalar = std::is_integral_v<T> || std::is_enum_v<T> || std::is_floating_point_v<T>;
+constexpr bool kScalar = std::is_integral_v<T> || std::is_floating_point_v<T>;
+// Fields whose every bit pattern is not a value: sent as a u8 and checked where decoded.
+template <class T>
+constexpr bool kUnchecked = std::is_same_v<T, bool> || std::is_enum_v<T>;
 template <class T>
 constexpr bool kText = std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view>;
 }  // namespace detail
@@ -93,6 +96,7 @@ concept HasFields = requires(T& t, detail::AnyField f) { T::Fields(t, f); };
 // the type), else 1 (every field takes at least a byte).
 template <class T>
 constexpr size_t MinWireSize() {
+  if constexpr (requires { T::kMinWireSize; }) static_assert(T::kMinWireSize > 0, "kMinWireSize must be > 0");
   if constexpr (detail::kScalar<T>) return sizeof(T);
   else if constexpr (detail::kText<T> || detail::IsVector<T>::value) return sizeof(uint32_t);
   else if constexpr (requires { T::kMinWireSize; }) return T::kMinWireSize;
@@ -105,6 +109,7 @@ class FieldWriter {
   explicit FieldWriter(Encoder* e) : e_(e) {}
   template <class T>
   void operator()(const T& v) {
+    static_assert(!detail::kUnchecked<T>, "a bool or enum field: send a u8 and check its range in a codec");
     if constexpr (detail::kScalar<T>) {
       e_->Put(v);
     } else if constexpr (detail::kText<T>) {
@@ -180,9 +185,9 @@ class FieldReader {
     }
   }
   // A field codec's refusal, else the decoder's verdict (`exact`: every byte consumed).
-  Status Finish(std::string_view what) const {
+  Status Finish(std::string_view what, bool exact = true) const {
     if (!status_.ok()) return Status(status_.code(), std::string(what) + ": " + status_.message());
-    return d_->Finish(what);
+    return d_->Finish(what, exact);
   }
 
  private:
@@ -217,6 +222,23 @@ Result<M> Decode(std::string_view bytes) {
   }
   return m;
 }
+// A reply as a client reads it: bytes past the fields it knows are a newer runtime's additions
+// (a reply grows only at its end) and are passed over; anything short is still Corruption.
+template <class M>
+Result<M> DecodeReply(std::string&& bytes) {
+  static_assert(!kBorrows<M>, "a reply never borrows from its payload");
+  if constexpr (std::is_same_v<M, Raw>) {
+    return Raw{std::move(bytes)};
+  } else {
+    M m;
+    Decoder d(bytes);
+    FieldReader<false> r(&d);
+    M::Fields(m, r);
+    CLIO_RETURN_IF_ERROR(r.Finish(M::kName, /*exact=*/false));
+    return m;
+  }
+}
+
 // A reply received whole: a Raw one takes the string without a copy.
 template <class M>
 Result<M> Decode(std::string&& bytes) {

@@ -114,14 +114,15 @@ class RuntimeClient {
   // returned otherwise.
   Result<std::string> Call(uint32_t pool, uint32_t method, std::string_view payload,
                            Resend resend = Resend::kFreely, const PoolQuery& query = {});
-  // A typed request (common/message.h), its reply decoded. Sent again after a broken
-  // connection only when the request type says it is idempotent (`kIdempotent`).
+  // A typed request (common/message.h), its reply decoded (wire::DecodeReply: fields a newer
+  // runtime appended are passed over). Sent again after a broken connection only when the
+  // request type says it is idempotent (`kIdempotent`).
   template <class Req>
   requires requires { Req::kMethod; Req::kIdempotent; }
   Result<typename Req::Reply> Call(uint32_t pool, const Req& req) {
     CLIO_ASSIGN_OR_RETURN(std::string r, Call(pool, static_cast<uint32_t>(Req::kMethod), wire::Encode(req),
                                               Req::kIdempotent ? Resend::kFreely : Resend::kNever));
-    return wire::Decode<typename Req::Reply>(std::move(r));
+    return wire::DecodeReply<typename Req::Reply>(std::move(r));
   }
   // The id of the pool named `name` (AdminMethod::kFindPool): NotFound when the runtime has
   // none, Internal on a reply that is not one u32.

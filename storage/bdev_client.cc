@@ -16,7 +16,7 @@ template <class Req>
 Result<typename Req::Reply> BdevClient::Call(const Req& req) {
   if (pool_ == nullptr) return rpc_->Call(pool_id_, req);
   CLIO_ASSIGN_OR_RETURN(std::string reply, pool_->Handle(static_cast<uint32_t>(Req::kMethod), wire::Encode(req)));
-  return wire::Decode<typename Req::Reply>(std::move(reply));
+  return wire::DecodeReply<typename Req::Reply>(std::move(reply));
 }
 
 Result<ExtentList> BdevClient::Allocate(uint64_t bytes) {
