@@ -27,6 +27,7 @@
 #include "fs/namespace/fs_pool.h"
 #include "fs/mount/fuse_session.h"
 #include "fs/protocol/fs_messages.h"
+#include "fs/protocol/mount_lock.h"
 #include "placement/cte_pool.h"
 #include "storage/bdev_pool.h"
 #include "storage/safe/safe_pool.h"
@@ -103,7 +104,7 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
   rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
   rt.RegisterModule("clio_safe_bdev", MakeSafeBdevModuleFactory());
   rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get(), node_id));
-  rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get()));
+  rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get(), MountLockPath(cfg.socket_path)));
   Status s = rt.Compose();
   if (!s.ok()) {
     CLIO_LOG_ERROR("{}", s.ToString());

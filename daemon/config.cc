@@ -1,6 +1,8 @@
 #include "daemon/config.h"
 
+#include <grp.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +14,7 @@
 #include <sstream>
 #include <yaml-cpp/yaml.h>
 
+#include "common/log.h"
 #include "common/size.h"
 #include "daemon/default_config.h"  // generated from etc/clio.yaml: kDefaultConfigYaml
 
@@ -461,6 +464,14 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   CLIO_RETURN_IF_ERROR(ParseComposeList(top.Child("compose"), top, {}, &cfg.compose));
   CLIO_RETURN_IF_ERROR(top.Finish());
   return cfg;
+}
+
+void ShareWithClioGroup(const std::string& path) {
+  if (const group* g = getgrnam("clio")) {
+    if (::chown(path.c_str(), geteuid(), g->gr_gid) != 0)
+      CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
+  }
+  ::chmod(path.c_str(), 0660);  // whatever the umask
 }
 
 Result<RuntimeConfig> LoadRuntimeConfigFile(const std::string& path) {

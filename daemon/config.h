@@ -137,11 +137,10 @@ Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s);
 // The compiled-in default config text.
 std::string_view DefaultConfigYaml();
 
-// The file a mount of this runtime's filesystem holds locked (flock) while it serves: one mount
-// per runtime, since each mount's kernel caches (pages kept across opens, entries, absent
-// xattrs) stay right only while it is the namespace's only writer. Beside the socket, made by
-// the runtime when it listens, so that a client that may connect may also lock it.
-inline std::string MountLockPath(const std::string& socket_path) { return socket_path + ".mount"; }
+// Gives a file the runtime makes for its clients (the socket, the mount lock) to group clio,
+// mode 0660 whatever the umask: clients in that group may use it, others may not (DESIGN.md
+// security defaults). A failed chown is a warning.
+void ShareWithClioGroup(const std::string& path);
 
 // Where /etc/clio/clio.yaml lives: the node's system-wide config (the package's conffile).
 inline constexpr const char* kSystemConfigFile = "/etc/clio/clio.yaml";

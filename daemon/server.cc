@@ -118,29 +118,6 @@ class Server::Impl {
         homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
         unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
 
-  // Clients in group 'clio' may use it; others may not (DESIGN.md security defaults).
-  static void ShareWithClioGroup(const std::string& path) {
-    if (const group* g = getgrnam("clio")) {
-      if (::chown(path.c_str(), geteuid(), g->gr_gid) != 0)
-        CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
-    }
-    ::chmod(path.c_str(), 0660);  // whatever the umask
-  }
-
-  // Made once and left in place (a mount holds its lock across a runtime restart); shared like
-  // the socket, so that a mount by any client that may connect can lock it and record its
-  // mount point there.
-  static void MakeMountLock(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
-    if (fd < 0) {
-      CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,
-                    std::strerror(errno));
-      return;
-    }
-    ::close(fd);
-    ShareWithClioGroup(path);
-  }
-
   Status Listen() {
     const std::string& path = options_.socket_path;
     std::error_code fec;
@@ -162,7 +139,6 @@ class Server::Impl {
     if (!ec) unix_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return Status::FromErrno(ec.value(), "listening on " + path);
     ShareWithClioGroup(path);
-    MakeMountLock(MountLockPath(path));
     if (options_.tcp_port != 0) {
       if (options_.token.empty()) return InvalidArgument("TCP needs the runtime's token (runtime.token_file)");
       auto addr = asio::ip::make_address(options_.tcp_address, ec);

@@ -24,6 +24,7 @@
 #include "daemon/service_notify.h"
 #include "fs/protocol/fs_messages.h"
 #include "fs/protocol/fs_protocol.h"
+#include "fs/protocol/mount_lock.h"
 #include "fs/mount/fuse_session.h"
 
 namespace clio {

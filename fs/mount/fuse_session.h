@@ -29,7 +29,7 @@ struct FuseMountOptions {
   double entry_timeout = 1.0;
   double negative_timeout = 1.0;
   std::string conf;  // -o conf=FILE: the runtime's config (clio-fuse only)
-  // The runtime's mount lock (MountLockPath in daemon/config.h), held while the session
+  // The runtime's mount lock (fs/protocol/mount_lock.h), held while the session
   // serves: a second mount of the same runtime is refused. Empty: no lock.
   std::string mount_lock;
   bool debug = false;  // libfuse's -d: every request on stderr

@@ -9,13 +9,14 @@
 #include "common/codec.h"
 #include "daemon/ipc.h"
 #include "fs/protocol/errno_map.h"
+#include "fs/protocol/mount_lock.h"
 #include "placement/cte_pool.h"
 #include "storage/kv.h"
 
 namespace clio {
 
-ModuleFactory MakeFsModuleFactory(KvStore* kv) {
-  return [kv](const ComposeEntry& entry, const std::string& file,
+ModuleFactory MakeFsModuleFactory(KvStore* kv, std::string mount_lock) {
+  return [kv, mount_lock](const ComposeEntry& entry, const std::string& file,
               PoolRegistry& registry) -> Result<std::unique_ptr<Pool>> {
     ConfigReader r = ModuleKeys(entry, file);
     CLIO_ASSIGN_OR_RETURN(std::string cte_name, r.String("cte_pool", "clio_cte_core"));
@@ -30,6 +31,7 @@ ModuleFactory MakeFsModuleFactory(KvStore* kv) {
     auto* cte = registry.Find<CtePool>(cte_name);
     if (!cte) return r.Error("cte_pool", "no clio_cte_core pool named '" + cte_name + "' is composed before this one");
     CLIO_ASSIGN_OR_RETURN(auto ns, Namespace::Open(kv, cte->cte(), o));
+    if (!mount_lock.empty()) MakeMountLock(mount_lock);
     return std::unique_ptr<Pool>(new FsPool(std::move(ns), kv));
   };
 }

@@ -83,7 +83,8 @@ class FsPool : public Pool {
 };
 
 // Factory for compose entries with mod_name clio_fs. Keys: cte_pool (name of a clio_cte_core
-// pool composed earlier), chunk_size, orphan_reclaim_s (NamespaceOptions).
-ModuleFactory MakeFsModuleFactory(KvStore* kv);
+// pool composed earlier), chunk_size, orphan_reclaim_s (NamespaceOptions). `mount_lock`: the
+// runtime's mount lock (MountLockPath), made when the pool is; empty: none.
+ModuleFactory MakeFsModuleFactory(KvStore* kv, std::string mount_lock = {});
 
 }  // namespace clio

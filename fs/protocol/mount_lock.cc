@@ -1,0 +1,25 @@
+#include "fs/protocol/mount_lock.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "daemon/config.h"
+
+namespace clio {
+
+void MakeMountLock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+  if (fd < 0) {
+    CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,
+                  std::strerror(errno));
+    return;
+  }
+  ::close(fd);
+  ShareWithClioGroup(path);
+}
+
+}  // namespace clio
