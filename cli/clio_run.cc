@@ -44,33 +44,65 @@ std::string PidFile(const RuntimeConfig& cfg) { return cfg.state_dir + "/clio_ru
 // closed before it aborts the FUSE connection.
 constexpr int kMountStopGraceMs = 5000;
 
+// What `clio_run start` waits for on `fd` (if >= 0): "0" once serving, or "1" and why it
+// failed. A failure is told only when this object dies, after everything declared after it
+// has let go (the metadata's lock, the socket, the mount lock), so that a start right after a
+// refused one does not find them still held.
+class StartReport {
+ public:
+  explicit StartReport(int fd) : fd_(fd) {}
+  ~StartReport() {
+    if (failure_.empty()) failure_ = "the runtime stopped during start-up (see the log above)";
+    Tell();
+  }
+  StartReport(const StartReport&) = delete;
+  StartReport& operator=(const StartReport&) = delete;
+  // Empty: serving now, told at once. Else the first failure, told at the end.
+  void operator()(const std::string& msg) {
+    if (msg.empty()) return Tell();
+    if (failure_.empty()) failure_ = msg;
+  }
+
+ private:
+  void Tell() {
+    if (fd_ < 0) return;
+    const std::string m = failure_.empty() ? std::string("0") : "1" + failure_;
+    (void)!::write(fd_, m.data(), m.size());
+    ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_;
+  std::string failure_;
+};
+
+// The runtime's own mount of its clio_fs pool (clio_run start --mount): each FUSE request runs
+// the pool's handler on the session's thread, with no hop to another process.
+Result<std::unique_ptr<FuseMount>> MountInRuntime(Runtime& rt, const FuseMountOptions& options) {
+  Pool* fs = rt.FindByName("clio_fs");
+  if (fs == nullptr) return NotFound("--mount: the runtime serves no filesystem pool 'clio_fs'");
+  const uint32_t id = fs->id();
+  FuseMountOptions opts = options;
+  opts.mount_lock = MountLockPath(rt.config().socket_path);
+  CLIO_ASSIGN_OR_RETURN(std::unique_ptr<FuseMount> fuse,
+                        FuseMount::Mount(opts, [&rt, id](FsMethod method, std::string_view payload) {
+                          return rt.Dispatch(id, static_cast<uint32_t>(method), payload);
+                        }));
+  // A new mount holds nothing yet: files kept for a mount that rode out the last restart (the
+  // reclaim window) have no holder here.
+  const std::string none = fsproto::Encode(fsproto::Reattach{.claims = {}, .flags = kReattachBegin | kReattachComplete});
+  if (auto r = rt.Dispatch(id, static_cast<uint32_t>(fsproto::Reattach::kMethod), none); !r.ok())
+    CLIO_LOG_WARN("ending the namespace's reclaim window: {}", r.status().ToString());
+  fuse->Start(16);
+  CLIO_LOG_INFO("mounted the filesystem on {} (in-runtime FUSE session)", fuse->mountpoint());
+  return fuse;
+}
+
 // `mount` (if set): the runtime serves the filesystem on that mount itself (in-runtime mode):
 // each FUSE request runs the namespace pool's handler on the session's thread, with no hop to
 // another process. Mounted once the runtime serves; unmounted before its pools stop.
 int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOptions>& mount) {
-  // What `clio_run start` waits for: "0" once serving, or "1" and why it failed. A failure is
-  // told only when this process has let go of everything (the metadata's lock, the socket,
-  // the mount lock), so that a start right after a refused one does not find them still held:
-  // `told` is declared before everything it outlives, so its destructor runs last.
-  std::string failure;
-  auto tell = [&] {
-    if (ready_fd < 0) return;
-    std::string m = failure.empty() ? std::string("0") : "1" + failure;
-    (void)!::write(ready_fd, m.data(), m.size());
-    ::close(ready_fd);
-    ready_fd = -1;
-  };
-  struct Told {
-    std::function<void()> fn;
-    ~Told() { fn(); }
-  } told{[&] {
-    if (failure.empty()) failure = "the runtime stopped during start-up (see the log above)";
-    tell();
-  }};
-  auto report = [&](const std::string& msg) {
-    if (msg.empty()) return tell();
-    if (failure.empty()) failure = msg;
-  };
+  // Declared before everything it outlives, so that it tells a failure last.
+  StartReport report(ready_fd);
   std::error_code ec;
   std::filesystem::create_directories(cfg.state_dir, ec);
   if (ec) {
@@ -104,7 +136,7 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
   rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
   rt.RegisterModule("clio_safe_bdev", MakeSafeBdevModuleFactory());
   rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get(), node_id));
-  rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get(), MountLockPath(cfg.socket_path)));
+  rt.RegisterModule("clio_fs", MakeFsModuleFactory(kv->get(), MountLockPath(rt.config().socket_path)));
   Status s = rt.Compose();
   if (!s.ok()) {
     CLIO_LOG_ERROR("{}", s.ToString());
@@ -117,29 +149,9 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
   Status mounted;
   s = rt.Serve([&] {
     if (mount) {
-      Pool* fs = rt.FindByName("clio_fs");
-      if (fs == nullptr) {
-        mounted = NotFound("--mount: the runtime serves no filesystem pool 'clio_fs'");
-      } else {
-        const uint32_t id = fs->id();
-        FuseMountOptions opts = *mount;
-        opts.mount_lock = MountLockPath(socket_path);
-        auto m = FuseMount::Mount(opts, [&rt, id](FsMethod method, std::string_view payload) {
-          return rt.Dispatch(id, static_cast<uint32_t>(method), payload);
-        });
-        if (m.ok()) {
-          fuse = std::move(m).value();
-          // A new mount holds nothing yet: files kept for a mount that rode out the last
-          // restart (the reclaim window) have no holder here.
-          const std::string none = fsproto::Encode(fsproto::Reattach{.claims = {}, .flags = kReattachBegin | kReattachComplete});
-          if (auto r = rt.Dispatch(id, static_cast<uint32_t>(fsproto::Reattach::kMethod), none); !r.ok())
-            CLIO_LOG_WARN("ending the namespace's reclaim window: {}", r.status().ToString());
-          fuse->Start(16);
-          CLIO_LOG_INFO("mounted the filesystem on {} (in-runtime FUSE session)", fuse->mountpoint());
-        } else {
-          mounted = m.status();
-        }
-      }
+      auto m = MountInRuntime(rt, *mount);
+      if (m.ok()) fuse = std::move(m).value();
+      else mounted = m.status();
       if (!mounted.ok()) {
         CLIO_LOG_ERROR("{}", mounted.ToString());
         report(mounted.ToString());

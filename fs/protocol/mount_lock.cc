@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "common/log.h"
 #include "daemon/config.h"
@@ -12,6 +14,9 @@
 namespace clio {
 
 void MakeMountLock(const std::string& path) {
+  // The pool is composed before the server listens: the socket's folder may not exist yet.
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
   if (fd < 0) {
     CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,
