@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -55,6 +57,33 @@ Status ReadAll(int fd, void* data, size_t len) {
   return Status::Ok();
 }
 
+// The uid of the package's runtime user (`clio`), when it exists.
+std::optional<uid_t> ClioUserUid() {
+  static const std::optional<uid_t> uid = []() -> std::optional<uid_t> {
+    passwd pw{};
+    passwd* found = nullptr;
+    std::vector<char> buf(4096);
+    if (::getpwnam_r("clio", &pw, buf.data(), buf.size(), &found) != 0 || !found) return std::nullopt;
+    return found->pw_uid;
+  }();
+  return uid;
+}
+
+// A client hands the runtime its users' writes (clio-fuse) or its administration (clioctl):
+// it talks only to a runtime run by root, by itself or by the package's user `clio`, never to a
+// process of another user squatting on the socket path while the runtime is away.
+Status CheckRuntimePeer(int fd, const std::string& path) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return Status::FromErrno(errno, "reading the credentials of the runtime on " + path);
+  if (cred.uid == 0 || cred.uid == ::geteuid() || cred.uid == ClioUserUid()) return Status::Ok();
+  return Status(Code::kPermissionDenied,
+                "refusing the runtime socket " + path + ": the process serving it (pid " + std::to_string(cred.pid) +
+                    ") runs as uid " + std::to_string(cred.uid) +
+                    ", not root, you or the user clio; another user may be squatting on the socket path");
+}
+
 Result<int> ConnectUnix(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -65,8 +94,16 @@ Result<int> ConnectUnix(const std::string& path) {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     int err = errno;
     ::close(fd);
+    if (err == EACCES || err == EPERM)
+      return Status(Code::kPermissionDenied, "cannot connect to the CLIO runtime's socket " + path +
+                                                 ": permission denied (uid " + std::to_string(::geteuid()) +
+                                                 "; the socket is for root, the runtime's user and group clio)");
     return Unavailable("the CLIO runtime is not running (cannot connect to " + path + ": " +
                        std::strerror(err) + "); start it with 'clio_run start'");
+  }
+  if (Status s = CheckRuntimePeer(fd, path); !s.ok()) {
+    ::close(fd);
+    return s;
   }
   return fd;
 }
@@ -195,12 +232,10 @@ Result<std::unique_ptr<RuntimeClient>> RuntimeClient::Connect(const Options& opt
   } else if (const char* env = std::getenv("CLIO_IPC_MODE"); env && *env) {
     CLIO_ASSIGN_OR_RETURN(c->wanted_, ParseIpcMode(env));
   }
-  if (c->wanted_ == IpcMode::kTcp || (c->wanted_ == IpcMode::kAuto && options.tcp_port != 0)) {
-    // Read once, now: a forced TCP client without the right to read it says so at once; an
-    // auto client without it simply cannot fall back to TCP.
-    auto t = ReadTokenFile(options.token_file);
-    if (t.ok()) c->token_ = *t;
-    else if (c->wanted_ == IpcMode::kTcp) return t.status();
+  if (c->wanted_ == IpcMode::kTcp) {
+    if (options.tcp_port == 0) return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
+    // Read once, now: a TCP client without the right to read it says so at once.
+    CLIO_ASSIGN_OR_RETURN(c->token_, ReadTokenFile(options.token_file));
   }
   CLIO_ASSIGN_OR_RETURN(auto conn, c->TakeConnection());
   c->ReturnConnection(std::move(conn));
@@ -246,8 +281,9 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
     }
   }
   if (conn->fd < 0) {
-    // Auto falls back to TCP only when no Unix socket answers and the runtime serves TCP.
-    if (wanted_ != IpcMode::kTcp && (wanted_ != IpcMode::kAuto || options_.tcp_port == 0)) return unix_error;
+    // Never a fallback: a client that cannot reach the Unix socket does not hand the token to
+    // whoever listens on the TCP port (a squatter while the runtime restarts). TCP is asked for.
+    if (wanted_ != IpcMode::kTcp) return unix_error;
     if (options_.tcp_port == 0)
       return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
     CLIO_ASSIGN_OR_RETURN(conn->fd, ConnectTcp(options_.tcp_host, options_.tcp_port));

@@ -67,9 +67,9 @@ inline constexpr uint32_t kResponsePayloadOnSocket = 1;
 Status ValidateRequestHeader(const RequestHeader& h);
 Status ValidateResponseHeader(const ResponseHeader& h);
 
-// How a client reaches the runtime (CLIO_IPC_MODE, docs/ipc.md). kAuto: shared memory when the
-// runtime's Unix socket answers (same machine), a plain Unix socket if the runtime cannot make a
-// shared-memory channel, TCP when no Unix socket answers and runtime.tcp_port is set.
+// How a client reaches the runtime (CLIO_IPC_MODE, docs/ipc.md). kAuto: shared memory over the
+// runtime's Unix socket, or the plain socket if the runtime cannot make a channel; never TCP,
+// which a client uses only when asked (kTcp), so that no token goes to a port squatter.
 enum class IpcMode : uint8_t { kAuto, kShm, kUnix, kTcp };
 std::string_view IpcModeName(IpcMode m);
 // "auto", "shm", "unix", "tcp" (case-insensitive); InvalidArgument naming the accepted words.

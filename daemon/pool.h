@@ -28,6 +28,8 @@ class Pool {
     (void)method;
     return CallerClass::kAdmin;
   }
+  // A method's name in errors ("clio_bdev Write").
+  virtual std::string MethodName(uint32_t method) const { return "method " + std::to_string(method); }
 
   // Tasks that wait. A method for which IsAsync() is true is run by HandleAsync(): the pool
   // starts the task and returns at once; the request's coroutine yields (its worker serves
@@ -82,6 +84,9 @@ struct RequestContext {
   uint32_t client = 0;
   uint64_t request_id = 0;
   bool resent = false;
+  // Who sent it, as the kernel (or the TCP token) vouched at connect; null: an in-process
+  // caller (the HTTP API behind its token, a pool's own subtask), which may call anything.
+  std::shared_ptr<const Peer> peer;
 };
 inline thread_local RequestContext t_current_request;
 inline const RequestContext& CurrentRequest() { return t_current_request; }

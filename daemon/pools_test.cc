@@ -400,3 +400,32 @@ TEST_CASE("a compose document that is not UTF-8 is refused: the pool log could n
   CHECK_FALSE(ParseComposeDocument("mod_name: m\npool_name: \"\xc3\"\npool_id: 5\n", "u.yaml", "/s").ok());
   CHECK_FALSE(ParseComposeDocument("mod_name: m\npool_name: \"\xc0\xaf\"\npool_id: 5\n", "u.yaml", "/s").ok());
 }
+
+TEST_CASE("Dispatch runs a method only for a peer granted its caller class, and says who was refused") {
+  Node n;
+  REQUIRE(n.Up().ok());
+  const uint32_t base = 7;
+  auto as = [&](CallerClass granted, uint32_t pool, uint32_t method) {
+    auto peer = std::make_shared<Peer>();
+    peer->uid = 4242;
+    peer->granted = granted;
+    ScopedRequest scope({1, 1, false, peer});
+    return n.rt->Dispatch(pool, method, pool == 0 ? "" : "x", PoolQuery{});
+  };
+  // The test pool declares no class: its methods are the admin's.
+  auto refused = as(CallerClass::kReader, base, 1);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::kPermissionDenied);
+  CHECK_MESSAGE(refused.status().message().find("uid 4242") != std::string::npos, refused.status().ToString());
+  CHECK_MESSAGE(refused.status().message().find("pool 'base'") != std::string::npos, refused.status().ToString());
+  CHECK(as(CallerClass::kMount, base, 1).status().code() == Code::kPermissionDenied);
+  CHECK(as(CallerClass::kAdmin, base, 1).ok());
+  // The admin pool: a report for a reader, a change only for the admin.
+  CHECK(as(CallerClass::kReader, 0, static_cast<uint32_t>(AdminMethod::kListPools)).ok());
+  auto destroy = as(CallerClass::kReader, 0, static_cast<uint32_t>(AdminMethod::kDestroyPool));
+  CHECK(destroy.status().code() == Code::kPermissionDenied);
+  CHECK_MESSAGE(destroy.status().message().find("DestroyPool") != std::string::npos, destroy.status().ToString());
+  CHECK(n.Names() == std::vector<std::string>{"base"});
+  // An in-process caller (no peer: the HTTP API behind its token, a pool's subtask) may call anything.
+  CHECK(n.rt->Dispatch(base, 1, "x", PoolQuery{}).ok());
+}

@@ -615,11 +615,13 @@ Result<std::string> Runtime::Dispatch(uint32_t pool, uint32_t method, std::strin
         !(query.kind == PoolQuery::Kind::kPhysical && query.a == config_.node_id))
       return InvalidArgument("the admin pool answers on the node asked; query " +
                              std::string(PoolQueryName(query.kind)) + " names no node of this runtime");
+    CLIO_RETURN_IF_ERROR(Authorize(nullptr, method));
     return HandleAdmin(method, payload);
   }
   std::shared_ptr<PoolSlot> slot = EnterSlot(pool);
   if (!slot) return NotFound("no pool with id " + std::to_string(pool));
-  Status routed = RouteHere(*slot->pool, method, payload, query);
+  Status routed = Authorize(slot->pool.get(), method);
+  if (routed.ok()) routed = RouteHere(*slot->pool, method, payload, query);
   Result<std::string> r = routed.ok() ? slot->pool->Handle(method, payload) : Result<std::string>(routed);
   LeaveSlot(*slot);
   return r;
@@ -633,9 +635,23 @@ void Runtime::DispatchAsync(uint32_t pool, uint32_t method, std::string payload,
     done(std::move(r));
     LeaveSlot(*slot);
   };
-  Status routed = RouteHere(*slot->pool, method, payload, query);
+  Status routed = Authorize(slot->pool.get(), method);
+  if (routed.ok()) routed = RouteHere(*slot->pool, method, payload, query);
   if (!routed.ok()) return finish(routed);
   slot->pool->HandleAsync(method, std::move(payload), std::move(finish));
+}
+
+Status Runtime::Authorize(const Pool* pool, uint32_t method) const {
+  const Peer* peer = CurrentRequest().peer.get();
+  if (!peer) return Status::Ok();
+  const CallerClass needs = pool ? pool->CallerOf(method) : AdminCallerOf(method);
+  if (peer->May(needs)) return Status::Ok();
+  const std::string what = pool ? "pool '" + pool->name() + "': " + pool->MethodName(method)
+                                : "the runtime's " + DeclaredName<adminproto::AllRequests>(method);
+  const std::string who = needs == CallerClass::kReader ? std::string("anyone who can open the socket")
+                                                        : "root or the runtime's user (uid " + std::to_string(::geteuid()) + ")";
+  return Status(Code::kPermissionDenied, what + " is for " + CallerClassName(needs) + " callers: " + who +
+                                              "; you are " + peer->Describe());
 }
 
 Status Runtime::RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const {

@@ -113,6 +113,9 @@ class Runtime : public PoolRegistry {
   Result<adminproto::OpenChannelReply> Run(const adminproto::OpenChannel& r);
   Result<wire::Empty> Run(const adminproto::Hello& r);
   Status RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const;
+  // Whether the current request's peer (CurrentRequest().peer) may call `method` of `pool`
+  // (null: the admin pool): PermissionDenied naming the method, its class and the caller.
+  Status Authorize(const Pool* pool, uint32_t method) const;
   // The HTTP actions behind the token (daemon/http_api.cc).
   void RouteHttpActions(HttpServer& http, std::string token);
   // Creates one pool; it is not yet visible to clients.

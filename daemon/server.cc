@@ -48,6 +48,8 @@ struct Connection {
   std::optional<ShmSegment> segment;
   std::optional<asio::posix::stream_descriptor> wake;  // the runtime's end of the eventfd
   bool authenticated = false;  // TCP: after a good Hello; Unix: from the start
+  // Who is on the other end (set before any request is read; TCP: at its Hello).
+  std::shared_ptr<const Peer> peer;
   // The client's end of the channel's eventfd, from OpenChannel until it is sent.
   int client_wake = -1;
   std::atomic<int> in_request{0};  // requests running now (the reaper closes only an idle one)
@@ -106,6 +108,37 @@ void RunHome(Home& home, bool helper) {
   t_slots = nullptr;
   t_slot = -1;
   home.slots.Release(slot);
+}
+
+// The peer of a Unix connection as the kernel saw it at connect(): its uid, gid, supplementary
+// groups and pid. Root and the runtime's own user may call everything; anyone else who could
+// open the socket (a member of its group) only reports.
+std::shared_ptr<const Peer> UnixPeer(int fd) {
+  auto p = std::make_shared<Peer>();
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return p;  // granted: reader
+  p->uid = cred.uid;
+  p->gid = cred.gid;
+  p->pid = static_cast<uint32_t>(cred.pid);
+  std::vector<gid_t> groups(16);
+  socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  int rc = ::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen);
+  if (rc != 0 && errno == ERANGE) {
+    groups.resize(glen / sizeof(gid_t));
+    rc = ::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen);
+  }
+  if (rc == 0)
+    for (size_t i = 0; i < glen / sizeof(gid_t); ++i) p->groups.push_back(groups[i]);
+  p->granted = cred.uid == 0 || cred.uid == ::geteuid() ? CallerClass::kAdmin : CallerClass::kReader;
+  return p;
+}
+
+// A TCP client that presented the node's token: the token is the node's administration key.
+std::shared_ptr<const Peer> TokenPeer() {
+  auto p = std::make_shared<Peer>();
+  p->granted = CallerClass::kAdmin;
+  return p;
 }
 
 }  // namespace
@@ -232,9 +265,10 @@ class Server::Impl {
   // Runs one request. Tasks predicted cheap run inline on this I/O worker (marked busy for the
   // monitor); the others run on the slow class while this coroutine waits, so the worker
   // serves its other connections meanwhile. Every run time feeds the prediction.
-  asio::awaitable<Result<std::string>> RunTask(const RequestHeader& h, const std::string& payload) {
+  asio::awaitable<Result<std::string>> RunTask(const RequestHeader& h, const std::string& payload,
+                                               std::shared_ptr<const Peer> peer) {
     const uint32_t pool = h.pool, method = h.method;
-    const RequestContext context{h.client, h.request_id, (h.flags & kRequestResent) != 0};
+    const RequestContext context{h.client, h.request_id, (h.flags & kRequestResent) != 0, peer};
     // A pool query, when one travels, is the front of the payload.
     std::string_view body = payload;
     PoolQuery query;
@@ -354,13 +388,11 @@ class Server::Impl {
         CLIO_LOG_WARN("accept on {}: {}", options_.socket_path, ec.message());
         continue;
       }
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      pid_t peer = 0;
-      if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer = cred.pid;
       auto conn = std::make_shared<Connection<LocalSocket>>(std::move(sock));
-      conn->authenticated = true;  // the socket's mode and group decided who may connect
-      asio::co_spawn(strand, Session(conn, peer), asio::detached);
+      conn->peer = UnixPeer(conn->sock.native_handle());
+      // The socket's mode and group decided who may connect; the peer's class, what it may call.
+      conn->authenticated = true;
+      asio::co_spawn(strand, Session(conn, static_cast<pid_t>(conn->peer->pid)), asio::detached);
     }
   }
 
@@ -402,12 +434,12 @@ class Server::Impl {
   // Reads frames in order and answers each; transport methods (OpenChannel, Hello) are
   // answered here, the rest dispatched. A frame that fails its checks closes the connection.
   template <typename Socket>
-  asio::awaitable<void> Session(std::shared_ptr<Connection<Socket>> conn, pid_t peer) {
+  asio::awaitable<void> Session(std::shared_ptr<Connection<Socket>> conn, pid_t pid) {
     constexpr bool kTcp = std::is_same_v<Socket, TcpSocket>;
     ++connections_;
     if (kTcp) ++tcp_connections_;
     const uint64_t id = next_conn_id_++;
-    if constexpr (!kTcp) Register(id, conn, peer);
+    if constexpr (!kTcp) Register(id, conn, pid);
     struct Closed {
       Impl* s;
       std::shared_ptr<Connection<Socket>> c;
@@ -439,9 +471,7 @@ class Server::Impl {
         CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
         co_return;
       }
-      payload.resize(h.payload_len);
-      co_await asio::async_read(conn->sock, asio::buffer(payload), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;
+      if (!co_await ReadPayload(conn->sock, h.payload_len, &payload)) co_return;
       if (!conn->authenticated && !(h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kHello))) {
         CLIO_LOG_WARN("TCP client sent a request before its hello: connection closed");
         co_await Reply(conn->sock, h, Status(Code::kPermissionDenied, "send Hello with the runtime's token first"));
@@ -453,7 +483,7 @@ class Server::Impl {
       const bool was_authenticated = conn->authenticated;
       ++conn->in_request;
       if (IsTransportMethod(h)) r = Transport(*conn, h, payload);
-      else r = co_await RunTask(h, payload);
+      else r = co_await RunTask(h, payload, conn->peer);
       --conn->in_request;
       if (kTcp && !was_authenticated && conn->authenticated) --unauthenticated_;
       const bool refused = !conn->authenticated;
@@ -470,7 +500,7 @@ class Server::Impl {
           conn->client_wake = -1;
           if (!sent.ok()) {
             --shm_channels_;
-            CLIO_LOG_WARN("handing a shared-memory channel to pid {}: {}", peer, sent.ToString());
+            CLIO_LOG_WARN("handing a shared-memory channel to pid {}: {}", pid, sent.ToString());
             co_return;
           }
           asio::co_spawn(conn->sock.get_executor(), ServeChannel(conn), asio::detached);
@@ -481,6 +511,23 @@ class Server::Impl {
         co_return;
       }
     }
+  }
+
+  // Reads a frame's payload of `len` bytes into `out`, which grows as the bytes arrive: a peer
+  // that announces a 64 MiB frame and sends nothing costs what it sent, not 64 MiB.
+  template <typename Socket>
+  static asio::awaitable<bool> ReadPayload(Socket& sock, uint32_t len, std::string* out) {
+    constexpr size_t kChunk = 1u << 20;
+    out->clear();
+    boost::system::error_code ec;
+    while (out->size() < len) {
+      const size_t have = out->size();
+      const size_t n = std::min<size_t>(kChunk, len - have);
+      out->resize(have + n);
+      co_await asio::async_read(sock, asio::buffer(out->data() + have, n), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    co_return true;
   }
 
   template <typename Socket>
@@ -508,6 +555,7 @@ class Server::Impl {
         CLIO_LOG_WARN("TCP client presented a wrong token: connection closed");
         return Status(Code::kPermissionDenied, "wrong token (the runtime's runtime.token_file)");
       }
+      conn.peer = TokenPeer();
       conn.authenticated = true;
       return std::string();
     }
@@ -569,7 +617,7 @@ class Server::Impl {
       const RequestHeader h = *taken;
       Result<std::string> r = Status(Code::kNotSupported, "transport methods go over the socket");
       ++conn->in_request;
-      if (!IsTransportMethod(h)) r = co_await RunTask(h, payload);
+      if (!IsTransportMethod(h)) r = co_await RunTask(h, payload, conn->peer);
       --conn->in_request;
       r = Bounded(std::move(r));
       ResponseHeader rh;

@@ -280,6 +280,7 @@ std::string CtePool::Describe() const {
 }
 
 CallerClass CtePool::CallerOf(uint32_t method) const { return DeclaredCaller<cteproto::AllRequests>(method); }
+std::string CtePool::MethodName(uint32_t method) const { return DeclaredName<cteproto::AllRequests>(method); }
 
 Result<std::string> CtePool::Handle(uint32_t method, std::string_view payload) {
   if (auto serve = Handlers::Find(method)) return serve(*this, payload);

@@ -30,6 +30,7 @@ class CtePool : public Pool {
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   // Reports (tiers, drain progress, write-back) are readers'; every change is the admin's.
   CallerClass CallerOf(uint32_t method) const override;
+  std::string MethodName(uint32_t method) const override;
   Status Stop() override { return cte_->Stop(); }
   std::string Describe() const override;
   // CteStatusJson of the tiers and write-back counters now.

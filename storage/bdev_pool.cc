@@ -67,6 +67,7 @@ std::string BdevPool::MonitorJson() const {
 }
 
 CallerClass BdevPool::CallerOf(uint32_t method) const { return DeclaredCaller<bdevproto::AllRequests>(method); }
+std::string BdevPool::MethodName(uint32_t method) const { return DeclaredName<bdevproto::AllRequests>(method); }
 
 Result<std::string> BdevPool::Handle(uint32_t method, std::string_view payload) {
   if (auto serve = Handlers::Find(method)) return serve(*this, payload);

@@ -29,6 +29,7 @@ class BdevPool : public Pool {
   // Stats are readers'; bytes, extents and settings of the device are the admin's (a client
   // of the device reaches every file's bytes on it).
   CallerClass CallerOf(uint32_t method) const override;
+  std::string MethodName(uint32_t method) const override;
   // Makes the device's data and allocator log durable.
   Status Stop() override { return bdev_->Sync(); }
   std::string Describe() const override;

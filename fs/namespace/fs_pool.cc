@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <optional>
+#include <cstdio>
 #include <cstring>
 
 #include "common/codec.h"
@@ -256,7 +257,28 @@ Result<fsproto::Empty> FsPool::Run(const fsproto::Fallocate& r) {
   return EmptyReply(ns_->Fallocate(r.ino, r.mode, r.offset, r.length));
 }
 
+namespace {
+
+// Locate is a reader's method: a caller below the mount class learns where a file's chunks are
+// only for a file it could read through the mount (owner, group or other read bit).
+Status MayReadFile(const Peer& peer, const InodeAttr& a) {
+  if (peer.May(CallerClass::kMount)) return Status::Ok();
+  const uint32_t bit = peer.uid == a.uid ? 0400 : peer.InGroup(a.gid) ? 0040 : 0004;
+  if (a.mode & bit) return Status::Ok();
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", a.mode & 07777);
+  return Status(Code::kPermissionDenied, "locate: inode " + std::to_string(a.ino) + " is not readable by " +
+                                             peer.Describe() + " (mode " + mode + ", owner uid " +
+                                             std::to_string(a.uid) + ")");
+}
+
+}  // namespace
+
 Result<fsproto::Raw> FsPool::Run(const fsproto::Locate& r) {
+  if (const Peer* peer = CurrentRequest().peer.get()) {
+    CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->GetAttr(r.ino));
+    CLIO_RETURN_IF_ERROR(MayReadFile(*peer, a));
+  }
   CLIO_ASSIGN_OR_RETURN(FileLocation f, ns_->Locate(r.ino));
   return fsproto::Raw{EncodeFileLocation(f)};
 }

@@ -29,6 +29,7 @@ class FsPool : public Pool {
   static constexpr size_t kOps = kFsMethodCount;  // FsMethod values; 0 counts unknown methods
   // Who may call a method (kFsMethods); unknown methods are the administrator's.
   CallerClass CallerOf(uint32_t method) const override { return MethodInfo(method).caller; }
+  std::string MethodName(uint32_t method) const override { return std::string("clio_fs ") + MethodInfo(method).name; }
 
  private:
   // The handler table, built from fsproto::AllRequests: one Run per request type.

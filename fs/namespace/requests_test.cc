@@ -36,7 +36,7 @@ struct PoolFixture : NsFixture {
   Namespace* view = nullptr;
   // One request as client `client` sends it: `id`, resent or not.
   Result<std::string> Send(uint32_t client, uint64_t id, bool resent, FsMethod m, const std::string& payload) {
-    ScopedRequest scope({client, id, resent});
+    ScopedRequest scope({client, id, resent, nullptr});
     return pool->Handle(static_cast<uint32_t>(m), payload);
   }
 };

@@ -1,6 +1,7 @@
 #include "fs/protocol/mount_lock.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,7 +10,6 @@
 #include <system_error>
 
 #include "common/log.h"
-#include "daemon/config.h"
 
 namespace clio {
 
@@ -17,14 +17,14 @@ void MakeMountLock(const std::string& path) {
   // The pool is composed before the server listens: the socket's folder may not exist yet.
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,
                   std::strerror(errno));
     return;
   }
+  if (::fchmod(fd, 0600) != 0) CLIO_LOG_WARN("mount lock {}: chmod 0600: {}", path, std::strerror(errno));
   ::close(fd);
-  ShareWithClioGroup(path);
 }
 
 }  // namespace clio

@@ -137,6 +137,9 @@ Result<std::string> SafeBdevPool::Handle(uint32_t method, std::string_view paylo
 CallerClass SafeBdevPool::CallerOf(uint32_t method) const {
   return Handlers::Find(method) != nullptr ? DeclaredCaller<safeproto::AllRequests>(method) : BdevPool::CallerOf(method);
 }
+std::string SafeBdevPool::MethodName(uint32_t method) const {
+  return Handlers::Find(method) != nullptr ? DeclaredName<safeproto::AllRequests>(method) : BdevPool::MethodName(method);
+}
 
 Result<wire::Empty> SafeBdevPool::Run(const safeproto::AddBdev& r) {
   CLIO_ASSIGN_OR_RETURN(SafeMember m, Resolve(r.pool));

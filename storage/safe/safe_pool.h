@@ -29,6 +29,7 @@ class SafeBdevPool : public BdevPool {
   // The array's own methods, then the bdev task interface (BdevPool).
   Result<std::string> Handle(uint32_t method, std::string_view payload) override;
   CallerClass CallerOf(uint32_t method) const override;
+  std::string MethodName(uint32_t method) const override;
   std::string Describe() const override;
   SafeArray* array() const { return array_; }
   std::string MonitorJson() const override;

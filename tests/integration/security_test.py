@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""The runtime's boundary, probed as a local attacker would (docs/security.md).
+
+The attacker is uid 65534 (nobody) with the runtime socket's group among its groups: a member
+of group clio, who may connect. Needs root (to become that user).
+
+    python3 tests/integration/security_test.py --build-dir build [--only caller_classes] [--keep]
+
+Scenarios:
+- caller_classes: the attacker calls every method of every pool (tests/caller_probe.cc) over
+  shared memory and over the plain socket: only the reader methods run; `clioctl stat` and `tier
+  list` work for it, `pool create` (a file at a chosen path) is refused naming its uid and
+  creates nothing; `locate` answers only for files it could read.
+- squatter: a process of the attacker listens on the socket path while the runtime is away:
+  clioctl and clio-fuse (root) refuse it and send it nothing.
+- no_tcp_fallback: with runtime.tcp_port set and the runtime away, the attacker holds the port:
+  an `auto` client does not fall back to TCP, so the node's token never reaches it.
+- frame_budget: frames that announce 64 MiB and send 2 MiB cost the runtime what was sent.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_test import (SAFE_CONFIG, SAFE_MEMBER, Env, TestFailure, check, describe, is_mounted,  # noqa: E402
+                      log, run_cmd)
+
+ATTACKER = 65534
+
+
+def attacker_groups(env):
+    return [os.stat(os.path.join(env.T, "clio.sock")).st_gid] if os.path.exists(
+        os.path.join(env.T, "clio.sock")) else []
+
+
+def as_attacker(env, argv, groups, extra_env=None):
+    """Runs argv as uid/gid 65534 with `groups`; the binaries come from a copy the attacker
+    can reach (the build tree may lie under a 0700 home)."""
+    e = env.env()
+    e.update(extra_env or {})
+    p = subprocess.run(argv, env=e, user=ATTACKER, group=ATTACKER, extra_groups=groups,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    return p
+
+
+def open_for_attacker(env):
+    """The attacker must reach the socket and the config: T becomes 0755 (the state dir stays
+    the runtime's), and the client binaries are copied where it can run them."""
+    os.chmod(env.T, 0o755)
+    bindir = os.path.join(env.T, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    os.chmod(bindir, 0o755)
+    for b in (env.clioctl,):
+        shutil.copy2(b, bindir)
+    os.chmod(env.conf, 0o644)
+    return os.path.join(bindir, "clioctl")
+
+
+def scenario_caller_classes(env):
+    probe = os.path.join(env.build_dir, "tests", "clio_caller_probe")
+    env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl, probe)
+    # Every module: file bdevs under a safe-bdev array under the CTE, and the filesystem.
+    os.makedirs(env.state, exist_ok=True)
+    members = "".join(SAFE_MEMBER.format(i=i, j=i + 1) for i in range(4))
+    env.write_config(SAFE_CONFIG.format(T=env.T, ram_name=env.ram_name, members=members))
+    env.start_runtime()
+    env.mount()
+    files = {}
+    for name, mode, gid in (("secret", 0o600, 0), ("public", 0o644, 0), ("group", 0o640, ATTACKER)):
+        path = os.path.join(env.mnt, name)
+        with open(path, "wb") as f:
+            f.write(name.encode() * 1000)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chown(path, 0, gid)
+        os.chmod(path, mode)
+        files[name] = os.stat(path).st_ino
+    clioctl = open_for_attacker(env)
+    groups = attacker_groups(env)
+    check(groups, "no socket after the start")
+    sock = os.path.join(env.T, "clio.sock")
+    for mode in ("shm", "unix"):
+        argv = [probe, "--uid", str(ATTACKER), "--gid", str(ATTACKER), "--groups", ",".join(map(str, groups)),
+                "--locate", f"{files['secret']}=deny", "--locate", f"{files['public']}=allow",
+                "--locate", f"{files['group']}=allow", sock]
+        e = env.env()
+        e["CLIO_IPC_MODE"] = mode
+        cp = run_cmd(argv, env=e)
+        lines = cp.stdout.strip().splitlines()
+        log(f"probe over {mode}: {lines[-1] if lines else '(no output)'}")
+        check(cp.returncode == 0, f"the probe over {mode} found methods open to uid {ATTACKER}:\n"
+              + "\n".join(x for x in lines if "WRONG" in x) + "\n" + describe(cp))
+        for module in ("admin", "clio_bdev", "clio_safe_bdev", "clio_cte_core", "clio_fs"):
+            check(f"[{module}] method" in cp.stdout, f"the probe over {mode} called no {module} pool:\n{cp.stdout}")
+
+    # clioctl as the attacker: reports work, changes are refused by name and make nothing.
+    for args in (["stat"], ["tier", "list"]):
+        cp = as_attacker(env, [clioctl] + args, groups)
+        check(cp.returncode == 0, f"clioctl {' '.join(args)} as uid {ATTACKER}: exit {cp.returncode}\n"
+              f"{cp.stdout}\n{cp.stderr}")
+    target = os.path.join(env.T, "planted")
+    cp = as_attacker(env, [clioctl, "pool", "create", "clio_bdev", target, "bdev_type=file", "capacity=1MB"], groups)
+    check(cp.returncode == 1, f"pool create as uid {ATTACKER}: exit {cp.returncode}, not 1\n{cp.stdout}\n{cp.stderr}")
+    check(f"uid {ATTACKER}" in cp.stderr and "admin" in cp.stderr,
+          f"pool create's refusal does not name the caller and the class:\n{cp.stderr}")
+    check(not os.path.exists(target), f"a refused pool create made {target}")
+    cp = run_cmd([env.clioctl, "pool", "list"], env=env.env())
+    check(cp.returncode == 0 and target not in cp.stdout, "root's pool list:\n" + describe(cp))
+    # The mount lock is the runtime's alone: a group member cannot lock every mount out.
+    lock = sock + ".mount"
+    check(stat.S_IMODE(os.stat(lock).st_mode) == 0o600, f"mount lock mode {oct(os.stat(lock).st_mode)}")
+    # Root still administers.
+    cp = run_cmd([env.clioctl, "stat"], env=env.env())
+    check(cp.returncode == 0, "clioctl stat as root:\n" + describe(cp))
+
+
+def squatter(env, argv_tail, groups):
+    """A process of the attacker that listens (Unix path or TCP port), accepts, and prints the
+    number of bytes each connection sent, until killed."""
+    code = (
+        "import socket, sys, os\n"
+        "kind, where = sys.argv[1], sys.argv[2]\n"
+        "if kind == 'unix':\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    s.bind(where)\n"
+        "else:\n"
+        "    s = socket.socket(socket.AF_INET)\n"
+        "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "    s.bind(('127.0.0.1', int(where)))\n"
+        "s.listen(16)\n"
+        "print('listening', flush=True)\n"
+        "while True:\n"
+        "    c, _ = s.accept()\n"
+        "    c.settimeout(2)\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        while True:\n"
+        "            b = c.recv(65536)\n"
+        "            if not b: break\n"
+        "            n += len(b)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    c.close()\n"
+        "    print('received', n, flush=True)\n")
+    # Debian's interpreter: the one running this test may live under a 0700 home.
+    p = subprocess.Popen(["/usr/bin/python3", "-c", code] + argv_tail, user=ATTACKER, group=ATTACKER,
+                         extra_groups=groups, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    check(line == "listening", f"the squatter did not start: {line!r} {p.stderr.read() if p.poll() is not None else ''}")
+    return p
+
+
+def squatter_report(p):
+    p.kill()
+    out, _ = p.communicate(timeout=30)
+    return [int(x.split()[1]) for x in out.splitlines() if x.startswith("received")]
+
+
+def scenario_squatter(env):
+    env.check_binaries(env.clioctl, env.clio_fuse)
+    env.write_config()
+    os.chmod(env.T, 0o777)  # the attacker may create the socket file where the runtime would
+    sock = os.path.join(env.T, "clio.sock")
+    p = squatter(env, ["unix", sock], [])
+    try:
+        check(os.stat(sock).st_uid == ATTACKER, "the squatter's socket is not its own")
+        cp = run_cmd([env.clioctl, "stat"], env=env.env())
+        check(cp.returncode != 0, "clioctl stat talked to a squatter:\n" + describe(cp))
+        check("refusing the runtime socket" in cp.stderr and f"uid {ATTACKER}" in cp.stderr,
+              "clioctl's refusal does not say why:\n" + describe(cp))
+        cp = run_cmd([env.clio_fuse, env.mnt], env=env.env(), keep_as=env.logs("clio-fuse-squatter"))
+        check(cp.returncode != 0, "clio-fuse mounted over a squatter's socket:\n" + describe(cp))
+        check(not is_mounted(env.mnt), f"{env.mnt} is mounted")
+        check("refusing the runtime socket" in cp.stderr, "clio-fuse's refusal does not say why:\n" + describe(cp))
+    finally:
+        got = squatter_report(p)
+    check(all(n == 0 for n in got), f"clients sent the squatter bytes: {got}")
+    log(f"squatter refused; it got {len(got)} connection(s), 0 bytes")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def scenario_no_tcp_fallback(env):
+    env.check_binaries(env.clio_run, env.clioctl)
+    port = free_port()
+    env.write_config(env.config_text().replace("  num_threads: 4\n", f"  num_threads: 4\n  tcp_port: {port}\n"))
+    env.start_runtime()  # makes the token
+    env.stop_runtime()
+    p = squatter(env, ["tcp", str(port)], [])
+    try:
+        cp = run_cmd([env.clioctl, "stat"], env=env.env())
+        check(cp.returncode != 0, "clioctl stat succeeded with the runtime stopped:\n" + describe(cp))
+        check("not running" in cp.stderr, "clioctl's error does not say the runtime is not running:\n" + describe(cp))
+    finally:
+        got = squatter_report(p)
+    check(not got or all(n == 0 for n in got), f"an auto client sent the TCP squatter {got} bytes (its token)")
+    check(not got, f"an auto client connected to the TCP port: {got}")
+    log("auto client stayed off TCP")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise TestFailure(f"no VmRSS for pid {pid}")
+
+
+def scenario_frame_budget(env):
+    """Connections that announce 64 MiB frames and send 2 MiB of each: the runtime holds what
+    arrived, not what was announced. The attacker's sendall of 2 MiB returns only once the
+    runtime has read most of it (a Unix socket buffers a few hundred KiB), so the runtime is in
+    the middle of each payload when its memory is read: no timing."""
+    env.check_binaries(env.clio_run, env.clioctl)
+    env.write_config()
+    pid = env.start_runtime()
+    os.chmod(env.T, 0o755)
+    conns = 16
+    code = (
+        "import socket, struct, sys\n"
+        "socks = []\n"
+        "for i in range(int(sys.argv[2])):\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    s.connect(sys.argv[1])\n"
+        "    s.sendall(struct.pack('<IHHIIQII', 0x4f494c43, 4, 0, 0, 1, 1, 64 << 20, 0))\n"
+        "    s.sendall(b'x' * (2 << 20))\n"
+        "    socks.append(s)\n"
+        "print('sent', flush=True)\n"
+        "sys.stdin.readline()\n")
+    before = rss_kib(pid)
+    p = subprocess.Popen(["/usr/bin/python3", "-c", code, os.path.join(env.T, "clio.sock"), str(conns)],
+                         user=ATTACKER, group=ATTACKER, extra_groups=attacker_groups(env),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline().strip()
+        check(line == "sent", f"the attacker could not send its frames: {line!r} {p.stderr.read() if p.poll() is not None else ''}")
+        grown = rss_kib(pid) - before
+        log(f"{conns} frames announcing 64 MiB, 2 MiB sent each: the runtime grew by {grown // 1024} MiB")
+        check(grown < conns * 16 * 1024,
+              f"the runtime grew by {grown // 1024} MiB for {conns} connections that sent 2 MiB each "
+              f"(it allocates what a frame announces, {conns * 64} MiB)")
+        cp = run_cmd([env.clioctl, "stat"], env=env.env())
+        check(cp.returncode == 0, "clioctl stat beside the half-sent frames:\n" + describe(cp))
+    finally:
+        p.kill()
+        p.wait()
+
+
+SCENARIOS = {
+    "caller_classes": scenario_caller_classes,
+    "squatter": scenario_squatter,
+    "no_tcp_fallback": scenario_no_tcp_fallback,
+    "frame_budget": scenario_frame_budget,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--only", choices=sorted(SCENARIOS))
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("security_test: needs root (it becomes uid 65534)", file=sys.stderr)
+        return 2
+    passed = failed = 0
+    for name in ([args.only] if args.only else list(SCENARIOS)):
+        env = Env(args.build_dir, name, keep=args.keep)
+        log(f"== {name}")
+        try:
+            SCENARIOS[name](env)
+            passed += 1
+            log(f"PASS {name}")
+        except Exception as e:  # noqa: BLE001 - report every failure the same way
+            failed += 1
+            log(f"FAIL {name}: {e}")
+            if not isinstance(e, TestFailure):
+                traceback.print_exc()
+            log(env.log_tail())
+        finally:
+            env.cleanup()
+    log(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
