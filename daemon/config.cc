@@ -73,8 +73,14 @@ Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out,
   return Status::Ok();
 }
 
-// Expands ${VAR}; CLIO_STATE_DIR comes from `state_dir`, everything else from the environment.
-Result<std::string> Expand(std::string_view s, const std::string& state_dir, const std::string& where) {
+// Where ${VAR} comes from: the operator's config may name the runtime's environment; a client's
+// document (a compose document, and the pool log made of them) only ${CLIO_STATE_DIR}: else
+// `pool create clio_bdev 'ram::${AWS_SECRET_ACCESS_KEY}'` would show a secret in the pool's name.
+enum class Vars { kEnvironment, kStateDirOnly };
+
+// Expands ${VAR}; CLIO_STATE_DIR comes from `state_dir`, everything else from the environment
+// when `vars` allows.
+Result<std::string> Expand(std::string_view s, const std::string& state_dir, const std::string& where, Vars vars) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '$' && i + 1 < s.size() && s[i + 1] == '{') {
@@ -83,6 +89,9 @@ Result<std::string> Expand(std::string_view s, const std::string& state_dir, con
       std::string var(s.substr(i + 2, end - i - 2));
       if (var == "CLIO_STATE_DIR") {
         out += state_dir;
+      } else if (vars == Vars::kStateDirOnly) {
+        return ConfigError(where + ": ${" + var + "} is not expanded in a document sent to the runtime; only "
+                           "${CLIO_STATE_DIR} is (the runtime's environment may hold secrets)");
       } else if (const char* v = std::getenv(var.c_str())) {
         out += v;
       } else {
@@ -98,18 +107,18 @@ Result<std::string> Expand(std::string_view s, const std::string& state_dir, con
   return out;
 }
 
-Status ExpandTree(ConfigValue* v, const std::string& state_dir, const std::string& file) {
+Status ExpandTree(ConfigValue* v, const std::string& state_dir, const std::string& file, Vars vars) {
   switch (v->kind) {
     case ConfigValue::Kind::kScalar: {
       CLIO_ASSIGN_OR_RETURN(v->scalar, Expand(v->scalar, state_dir,
-                                              file + ":" + std::to_string(v->line) + ": " + v->path));
+                                              file + ":" + std::to_string(v->line) + ": " + v->path, vars));
       return Status::Ok();
     }
     case ConfigValue::Kind::kMap:
-      for (auto& c : v->values) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file));
+      for (auto& c : v->values) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file, vars));
       return Status::Ok();
     case ConfigValue::Kind::kList:
-      for (auto& c : v->list) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file));
+      for (auto& c : v->list) CLIO_RETURN_IF_ERROR(ExpandTree(&c, state_dir, file, vars));
       return Status::Ok();
     case ConfigValue::Kind::kNull:
       return Status::Ok();
@@ -357,7 +366,7 @@ ConfigReader ModuleKeys(const ComposeEntry& entry, const std::string& file) {
 Result<ComposeDocument> ParseComposeDocument(std::string_view yaml, const std::string& file,
                                              const std::string& state_dir) {
   CLIO_ASSIGN_OR_RETURN(std::shared_ptr<ConfigValue> root, ParseYamlTree(yaml, file));
-  CLIO_RETURN_IF_ERROR(ExpandTree(root.get(), state_dir, file));
+  CLIO_RETURN_IF_ERROR(ExpandTree(root.get(), state_dir, file, Vars::kStateDirOnly));
   ComposeDocument doc;
   doc.root = root;
   ConfigReader top(root.get(), file);
@@ -408,12 +417,12 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
 
   // state_dir first: every other value may refer to it as ${CLIO_STATE_DIR}.
   const ConfigValue* rt_node = top.Child("runtime");
-  if (rt_node) CLIO_RETURN_IF_ERROR(ExpandTree(const_cast<ConfigValue*>(rt_node), "${CLIO_STATE_DIR}", file));
+  if (rt_node) CLIO_RETURN_IF_ERROR(ExpandTree(const_cast<ConfigValue*>(rt_node), "${CLIO_STATE_DIR}", file, Vars::kEnvironment));
   ConfigReader rt(rt_node, file);
   CLIO_ASSIGN_OR_RETURN(cfg.state_dir, rt.String("state_dir", ""));
   if (cfg.state_dir.empty() || cfg.state_dir.find("${CLIO_STATE_DIR}") != std::string::npos)
     cfg.state_dir = DefaultStateDir(file);
-  CLIO_RETURN_IF_ERROR(ExpandTree(root.get(), cfg.state_dir, file));
+  CLIO_RETURN_IF_ERROR(ExpandTree(root.get(), cfg.state_dir, file, Vars::kEnvironment));
 
   CLIO_ASSIGN_OR_RETURN(cfg.socket_path, rt.String("socket_path", ""));
   if (cfg.socket_path.empty()) cfg.socket_path = cfg.state_dir + "/clio.sock";

@@ -74,7 +74,8 @@ ConfigReader ModuleKeys(const ComposeEntry& entry, const std::string& file);
 
 // Pools to create on a running runtime (`compose start FILE`, `pool create`): the document is
 // a map with one key `compose:` (the config's format), a list of entries, or one entry.
-// ${CLIO_STATE_DIR} expands to `state_dir`; errors name `file`, the line and the key.
+// ${CLIO_STATE_DIR} expands to `state_dir` and no other ${VAR} does (the document comes from a
+// client; the runtime's environment may hold secrets); errors name `file`, the line and the key.
 struct ComposeDocument {
   std::vector<ComposeEntry> entries;
   std::shared_ptr<ConfigValue> root;  // owns the tree the entries point into

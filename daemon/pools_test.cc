@@ -377,6 +377,16 @@ TEST_CASE("compose documents: a compose list, a bare list or one entry; restart 
   CHECK(ParseComposeDocument("compose: {}\n", "m.yaml", "/s").status().message().find("expected a list") !=
         std::string::npos);
   CHECK(ParseComposeDocument("42\n", "n.yaml", "/s").status().code() == Code::kConfigError);
+  // A client's document names no variable of the runtime's environment (it may hold secrets),
+  // and the refusal does not show its value.
+  ::setenv("CLIO_TEST_SECRET", "s3cr3t-value", 1);
+  auto secret = ParseComposeDocument("mod_name: m\npool_name: ram::${CLIO_TEST_SECRET}\npool_id: 5\n", "c.yaml", "/s");
+  ::unsetenv("CLIO_TEST_SECRET");
+  REQUIRE_FALSE(secret.ok());
+  CHECK(secret.status().code() == Code::kConfigError);
+  CHECK_MESSAGE(secret.status().message().find("c.yaml:2: pool_name: ${CLIO_TEST_SECRET} is not expanded") !=
+                    std::string::npos, secret.status().ToString());
+  CHECK(secret.status().message().find("s3cr3t") == std::string::npos);
   // The log's JSON reads back as the same document.
   auto again = ParseComposeDocument(ComposeDocumentJson({one->entries[0].node}), "j.json", "/other");
   REQUIRE(again.ok());
