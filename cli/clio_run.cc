@@ -103,10 +103,8 @@ Result<std::unique_ptr<FuseMount>> MountInRuntime(Runtime& rt, const FuseMountOp
 int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOptions>& mount) {
   // Declared before everything it outlives, so that it tells a failure last.
   StartReport report(ready_fd);
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.state_dir, ec);
-  if (ec) {
-    report("cannot create state directory " + cfg.state_dir + ": " + ec.message());
+  if (Status s = PrepareStateDir(cfg.state_dir); !s.ok()) {
+    report(s.message());
     return 1;
   }
   {

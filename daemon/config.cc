@@ -426,6 +426,11 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
 
   CLIO_ASSIGN_OR_RETURN(cfg.socket_path, rt.String("socket_path", ""));
   if (cfg.socket_path.empty()) cfg.socket_path = cfg.state_dir + "/clio.sock";
+  // sockaddr_un holds 108 bytes with the NUL: a longer path cannot be bound or reached.
+  if (cfg.socket_path.size() > kMaxSocketPathLen)
+    return rt.Error("socket_path", "'" + cfg.socket_path + "' is " + std::to_string(cfg.socket_path.size()) +
+                                       " bytes; a Unix socket path holds at most " + std::to_string(kMaxSocketPathLen) +
+                                       " (set runtime.socket_path, or a shorter runtime.state_dir)");
   CLIO_ASSIGN_OR_RETURN(uint64_t threads, rt.UInt("num_threads", 4));
   if (threads == 0 || threads > 256) return rt.Error("num_threads", "must be between 1 and 256");
   cfg.num_threads = static_cast<uint32_t>(threads);

@@ -87,6 +87,8 @@ Result<ComposeDocument> ParseComposeDocument(std::string_view yaml, const std::s
 std::string ComposeDocumentJson(const std::vector<const ConfigValue*>& entries);
 
 inline constexpr uint32_t kDefaultHttpPort = 8930;
+// The longest runtime.socket_path: sockaddr_un's sun_path (108 bytes) less its NUL.
+inline constexpr size_t kMaxSocketPathLen = 107;
 
 struct RuntimeConfig {
   std::string file;          // where it came from, or "(built-in defaults)"

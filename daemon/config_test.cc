@@ -33,7 +33,7 @@ TEST_CASE("state_dir and environment variables expand") {
 
 TEST_CASE("bad configs name the file, the line and the key") {
   struct Case {
-    const char* yaml;
+    std::string yaml;
     const char* expect;
   } cases[] = {
       {"runtime:\n  num_threads: 4\n  bogus_key: 1\n", "t.yaml:3: runtime.bogus_key: unknown key"},
@@ -52,6 +52,9 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  client_reap_grace_s: 100000\n", "t.yaml:2: runtime.client_reap_grace_s: must be between 0 and 86400"},
       {"runtime:\n  slow_task_us: 0\n", "t.yaml:2: runtime.slow_task_us: must be between 1 and 60000000"},
       {"runtime:\n  stuck_task_ms: 0\n", "t.yaml:2: runtime.stuck_task_ms: must be between 1 and 3600000"},
+      {"runtime:\n  socket_path: /" + std::string(107, 's') + "\n",
+       "t.yaml:2: runtime.socket_path: '/sss"},
+      {"runtime:\n  state_dir: /" + std::string(100, 'd') + "\n", "is 111 bytes; a Unix socket path holds at most 107"},
       {"metadata:\n  backend: sqlite\n", "unknown metadata backend 'sqlite'"},
       {"surprise: 1\n", "t.yaml:1: surprise: unknown key"},
       {"compose:\n  - mod_name: x\n    pool_name: a\n    pool_id: \"nope\"\n", "t.yaml:4: compose[0].pool_id: bad pool_id 'nope'"},

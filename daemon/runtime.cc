@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -57,10 +59,14 @@ class Runtime::PoolView final : public PoolRegistry {
 
 namespace {
 
-// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never a mix.
+// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never a mix. The
+// file is made afresh (a stale temporary, or a link planted in its place, is removed first:
+// O_EXCL | O_NOFOLLOW), mode 0600, and renamed over `path` (which replaces a link, never
+// follows it).
 Status ReplaceFileDurably(const std::string& path, std::string_view bytes) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Status::FromErrno(errno, "creating " + tmp);
   size_t done = 0;
   while (done < bytes.size()) {
@@ -95,6 +101,23 @@ Status ReplaceFileDurably(const std::string& path, std::string_view bytes) {
 // 0600, written durably) so that TCP clients and the mutating HTTP API can be checked.
 Result<std::string> EnsureToken(const std::string& path) {
   if (::access(path.c_str(), F_OK) == 0) {
+    // The node's administration key: the runtime's own file, readable by nobody else.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "runtime.token_file " + path);
+    if (!S_ISREG(st.st_mode))
+      return ConfigError(path + " (runtime.token_file) is not a regular file (a symbolic link?); remove it and the "
+                                "runtime makes a new token");
+    if (st.st_uid != ::geteuid())
+      return ConfigError(path + " (runtime.token_file) belongs to uid " + std::to_string(st.st_uid) +
+                         ", not the runtime's user (uid " + std::to_string(::geteuid()) +
+                         "); remove it and the runtime makes a new token");
+    if (st.st_mode & 077) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+      return ConfigError(path + " (runtime.token_file) has mode " + mode +
+                         ": other users may read the node's token; `chmod 600 " + path +
+                         "`, or remove it and the runtime makes a new one");
+    }
     auto read = ReadTokenFile(path);
     if (!read.ok() && read.status().code() != Code::kInvalidArgument) return read.status();  // unreadable
     const std::string line = read.ok() ? *read : std::string();  // an empty file is a short token
@@ -131,6 +154,24 @@ void Runtime::RegisterModule(std::string mod_name, ModuleFactory factory) {
 }
 
 std::string PoolLogPath(const RuntimeConfig& config) { return config.state_dir + "/pools.json"; }
+
+Status PrepareStateDir(const std::string& dir) {
+  ::umask(077);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::FromErrno(ec.value(), "cannot create state directory " + dir);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno(errno, "state directory " + dir);
+  if (st.st_uid != ::geteuid()) {
+    CLIO_LOG_WARN("state directory {} belongs to uid {}, not the runtime's (uid {}): its mode is left as it is",
+                  dir, st.st_uid, ::geteuid());
+    return Status::Ok();
+  }
+  const group* g = ::getgrnam("clio");
+  if (g && st.st_gid != g->gr_gid && ::chown(dir.c_str(), ::geteuid(), g->gr_gid) != 0) g = nullptr;
+  if (::chmod(dir.c_str(), g ? 0750 : 0700) != 0) return Status::FromErrno(errno, "chmod of state directory " + dir);
+  return Status::Ok();
+}
 
 Result<std::shared_ptr<Runtime::PoolSlot>> Runtime::MakePool(const ComposeEntry& entry, const std::string& file) {
   auto it = factories_.find(entry.mod_name);

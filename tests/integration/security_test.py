@@ -16,6 +16,8 @@ Scenarios:
 - no_tcp_fallback: with runtime.tcp_port set and the runtime away, the attacker holds the port:
   an `auto` client does not fall back to TCP, so the node's token never reaches it.
 - frame_budget: frames that announce 64 MiB and send 2 MiB cost the runtime what was sent.
+- state_modes: the state directory 0700 (0750 with group clio) and its files 0600, a too-long
+  socket_path refused before anything is made, a token file others may read refused.
 """
 
 import argparse
@@ -259,11 +261,61 @@ def scenario_frame_budget(env):
         p.wait()
 
 
+def scenario_state_modes(env):
+    """The state directory is the runtime's (0700, or 0750 with group clio), what it makes there
+    is the runtime's alone, a too-long socket_path is a usage error that makes nothing, and a
+    token file others may read stops the start, naming the file and the fix."""
+    env.check_binaries(env.clio_run, env.clioctl)
+    # A socket path longer than a sockaddr_un holds: exit 2 naming the key, nothing made.
+    long_sock = os.path.join(env.T, "s" * 120)
+    env.write_config(env.config_text().replace(f'  socket_path: "{env.T}/clio.sock"', f'  socket_path: "{long_sock}"'))
+    cp = run_cmd([env.clio_run, "start"], env=env.env())
+    check(cp.returncode == 2, f"a {len(long_sock)}-byte socket_path: exit {cp.returncode}, not 2\n" + describe(cp))
+    check("runtime.socket_path" in cp.stderr and "at most 107" in cp.stderr, "the error does not name the key:\n" + describe(cp))
+    check(not os.path.exists(env.state), "a refused config made the state directory")
+    check(not os.path.exists(f"/dev/shm/{env.ram_name}_node0") and not os.path.exists(f"/dev/shm/{env.ram_name}"),
+          "a refused config made the RAM tier's segment")
+
+    env.write_config()
+    os.makedirs(env.state, mode=0o755)
+    os.chmod(env.state, 0o755)  # as an older runtime left it
+    env.start_runtime()
+    try:
+        import grp
+        grp.getgrnam("clio")
+        want = 0o750
+    except KeyError:
+        want = 0o700
+    mode = stat.S_IMODE(os.stat(env.state).st_mode)
+    check(mode == want, f"state directory mode {oct(mode)}, not {oct(want)}")
+    loose = []
+    for root, dirs, names in os.walk(env.state):
+        for n in dirs + names:
+            p = os.path.join(root, n)
+            st = os.lstat(p)
+            if stat.S_ISSOCK(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                continue
+            if st.st_mode & 0o077:
+                loose.append(f"{p} {oct(stat.S_IMODE(st.st_mode))}")
+    check(not loose, "files of the state directory others may read:\n" + "\n".join(loose))
+    env.stop_runtime()
+
+    token = os.path.join(env.state, "token")
+    os.chmod(token, 0o644)
+    cp = run_cmd([env.clio_run, "start"], env=env.env(), keep_as=env.logs("clio_run"))
+    check(cp.returncode != 0, "the runtime started with a token file others may read\n" + describe(cp))
+    check(token in cp.stderr and "chmod 600" in cp.stderr, "the refusal does not name the token and the fix:\n" + describe(cp))
+    os.chmod(token, 0o600)
+    env.start_runtime()
+    env.stop_runtime()
+
+
 SCENARIOS = {
     "caller_classes": scenario_caller_classes,
     "squatter": scenario_squatter,
     "no_tcp_fallback": scenario_no_tcp_fallback,
     "frame_budget": scenario_frame_budget,
+    "state_modes": scenario_state_modes,
 }
 
 
