@@ -27,8 +27,17 @@ std::string HomeDir() {
   return "/";
 }
 
-Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out,
-               const std::string& file) {
+// What one document may grow into: aliases let ten lines name a billion nodes (each alias is
+// copied into the tree), so the copy counts its nodes and its depth.
+constexpr size_t kMaxConfigNodes = 100000;
+constexpr size_t kMaxConfigDepth = 64;
+
+Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out, const std::string& file,
+               size_t* nodes, size_t depth = 0) {
+  if (++*nodes > kMaxConfigNodes || depth > kMaxConfigDepth)
+    return ConfigError(file + ":" + std::to_string(n.Mark().line + 1) + ": " + (path.empty() ? "the document" : path) +
+                       ": over " + std::to_string(*nodes > kMaxConfigNodes ? kMaxConfigNodes : kMaxConfigDepth) +
+                       (*nodes > kMaxConfigNodes ? " values (aliases count once per use)" : " levels deep"));
   out->line = n.Mark().line + 1;
   out->path = path;
   switch (n.Type()) {
@@ -45,7 +54,7 @@ Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out,
       size_t i = 0;
       for (const auto& item : n) {
         ConfigValue v;
-        CLIO_RETURN_IF_ERROR(Convert(item, path + "[" + std::to_string(i++) + "]", &v, file));
+        CLIO_RETURN_IF_ERROR(Convert(item, path + "[" + std::to_string(i++) + "]", &v, file, nodes, depth + 1));
         out->list.push_back(std::move(v));
       }
       return Status::Ok();
@@ -62,7 +71,7 @@ Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out,
             return ConfigError(file + ":" + std::to_string(kv.first.Mark().line + 1) + ": " +
                                (path.empty() ? key : path + "." + key) + ": duplicate key");
         ConfigValue v;
-        CLIO_RETURN_IF_ERROR(Convert(kv.second, path.empty() ? key : path + "." + key, &v, file));
+        CLIO_RETURN_IF_ERROR(Convert(kv.second, path.empty() ? key : path + "." + key, &v, file, nodes, depth + 1));
         v.line = kv.first.Mark().line + 1;
         out->keys.push_back(std::move(key));
         out->values.push_back(std::move(v));
@@ -287,7 +296,8 @@ Result<std::shared_ptr<ConfigValue>> ParseYamlTree(std::string_view yaml, const 
     return ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
   }
   auto root = std::make_shared<ConfigValue>();
-  CLIO_RETURN_IF_ERROR(Convert(doc, "", root.get(), file));
+  size_t nodes = 0;
+  CLIO_RETURN_IF_ERROR(Convert(doc, "", root.get(), file, &nodes));
   return root;
 }
 

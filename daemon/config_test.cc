@@ -52,6 +52,14 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  client_reap_grace_s: 100000\n", "t.yaml:2: runtime.client_reap_grace_s: must be between 0 and 86400"},
       {"runtime:\n  slow_task_us: 0\n", "t.yaml:2: runtime.slow_task_us: must be between 1 and 60000000"},
       {"runtime:\n  stuck_task_ms: 0\n", "t.yaml:2: runtime.stuck_task_ms: must be between 1 and 3600000"},
+      // An alias bomb: ten lines that name 10^9 values.
+      {"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+       "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+       "g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n"
+       "i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h, *h]\n",
+       "over 100000 values (aliases count once per use)"},
+      {std::string(70, '[') + std::string(70, ']') + "\n", "levels deep"},
       {"runtime:\n  socket_path: /" + std::string(107, 's') + "\n",
        "t.yaml:2: runtime.socket_path: '/sss"},
       {"runtime:\n  state_dir: /" + std::string(100, 'd') + "\n", "is 111 bytes; a Unix socket path holds at most 107"},

@@ -9,7 +9,10 @@
 #include <Poco/Net/NetException.h>
 #include <Poco/Net/ServerSocket.h>
 #include <Poco/ThreadPool.h>
+#include <arpa/inet.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <map>
 #include <vector>
@@ -47,7 +50,34 @@ struct Routes {
   Pages pages;
   std::vector<ActionRoute> actions;  // fixed once the server starts
   std::string token;
+  std::string address;  // the bind address (Start)
 };
+
+// DNS rebinding: a page of evil.example whose name the attacker points at 127.0.0.1 makes the
+// victim's browser ask this server with `Host: evil.example`. A request is answered only when
+// its Host names this server: an IP address literal, localhost, the machine's name or the
+// bind address (a missing Host, HTTP/1.0, passes). Returns the host name, "" when allowed.
+std::string ForeignHost(const HTTPServerRequest& req, const std::string& address) {
+  if (!req.has("Host")) return {};
+  std::string host = req.get("Host");
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(1, host.find(']') == std::string::npos ? std::string::npos : host.find(']') - 1);
+  } else if (const size_t colon = host.find(':'); colon != std::string::npos) {
+    host.resize(colon);
+  }
+  std::string lower;
+  for (char c : host) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.empty() || lower == "localhost" || lower == address) return {};
+  unsigned char buf[sizeof(in6_addr)];
+  if (::inet_pton(AF_INET, lower.c_str(), buf) == 1 || ::inet_pton(AF_INET6, lower.c_str(), buf) == 1) return {};
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) {
+    std::string me;
+    for (const char* c = name; *c; ++c) me += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+    if (lower == me || lower == me.substr(0, me.find('.'))) return {};
+  }
+  return host;
+}
 
 constexpr size_t kMaxActionBody = 64u << 20;
 
@@ -57,6 +87,11 @@ class Handler : public Poco::Net::HTTPRequestHandler {
   void handleRequest(HTTPServerRequest& req, HTTPServerResponse& resp) override {
     const std::string& uri = req.getURI();
     const std::string path = uri.substr(0, uri.find('?'));
+    if (const std::string host = ForeignHost(req, routes_->address); !host.empty()) {
+      CLIO_LOG_WARN("HTTP {} {}: refused Host '{}' (not this runtime's name or address)", req.getMethod(), path, host);
+      return Reply(resp, HTTPResponse::HTTP_FORBIDDEN, "text/plain",
+                   "Host '" + host + "' is not this runtime's (ask by its address, localhost or the machine's name)\n");
+    }
     if (req.getMethod() != "GET" && req.getMethod() != "HEAD") return HandleAction(req, resp, path);
     auto it = pages_->find(path);
     if (it == pages_->end()) {
@@ -141,7 +176,7 @@ class Factory : public Poco::Net::HTTPRequestHandlerFactory {
 }  // namespace
 
 struct HttpServer::Impl {
-  Routes routes{{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}}, {}, {}};
+  Routes routes{{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}}, {}, {}, {}};
   Poco::ThreadPool threads{1, 4};
   std::unique_ptr<Poco::Net::HTTPServer> server;
   uint32_t port = 0;
@@ -168,10 +203,15 @@ Status HttpServer::Start(const std::string& address, uint32_t port) {
     // SO_REUSEADDR for a quick restart, never SO_REUSEPORT: a second runtime must not share it.
     socket.bind(sa, /*reuseAddress=*/true, /*reusePort=*/false);
     socket.listen(64);
+    impl_->routes.address = address;
     auto* params = new Poco::Net::HTTPServerParams();
     params->setMaxThreads(4);
     params->setMaxQueued(64);
     params->setKeepAlive(true);
+    // A client that sends nothing holds a server thread only this long (Poco's default: 60 s;
+    // an idle keep-alive connection, 10 s).
+    params->setTimeout(Poco::Timespan(5, 0));
+    params->setKeepAliveTimeout(Poco::Timespan(2, 0));
     impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(&impl_->routes), impl_->threads, socket, params);
     impl_->server->start();
     impl_->port = socket.address().port();

@@ -448,6 +448,12 @@ class Server::Impl {
         --s->connections_;
         if (kTcp) --s->tcp_connections_;
         if (kTcp && !c->authenticated) --s->unauthenticated_;
+        if constexpr (kTcp) {
+          // Closed now, not when the hello deadline's timer lets go of the connection: a dropped
+          // peer's socket must not outlive its session.
+          boost::system::error_code ec;
+          c->sock.close(ec);
+        }
         if constexpr (!kTcp) {
           s->Unregister(id);
           if (c->wake) {

@@ -187,6 +187,15 @@ Result<std::unique_ptr<Bdev>> OpenRamBdev(const BdevConfig& config) {
                                      kDefaultDramFraction);
   }
   CLIO_ASSIGN_OR_RETURN(uint64_t shm_free, FilesystemFreeBytes(kShmDir));
+  // /dev/shm is the host's memory: a capacity it cannot hold is refused, not quietly made
+  // smaller (committed eagerly, what is left of /dev/shm would be taken whole).
+  if (c.capacity > shm_free)
+    return ConfigError("ram bdev '" + c.name + "': capacity " + FormatSize(c.capacity) + " (a tier's capacity_limit, a "
+                       "bdev's capacity) is more than " + kShmDir + " holds (" + FormatSize(shm_free) +
+                       " free): lower it, or grow " + kShmDir + " (a container's --shm-size)");
+  if (capacity > shm_free)
+    CLIO_LOG_WARN("ram bdev '{}': the default capacity ({}) is more than {} holds: {} ({} free)", c.name,
+                  FormatSize(capacity), kShmDir, FormatSize(shm_free), FormatSize(shm_free));
   capacity = std::min(capacity, shm_free);
   capacity -= capacity % min_class;
   if (capacity < min_class) {

@@ -584,15 +584,16 @@ TEST_CASE("ram bdev: a 0600 segment, committed as allocations advance, removed a
   CHECK(::stat(("/dev/shm" + seg).c_str(), &st) != 0);
 }
 
-TEST_CASE("ram bdev: capacity is capped by /dev/shm free space") {
+TEST_CASE("ram bdev: a capacity /dev/shm cannot hold is refused; the default is capped by it") {
   BdevConfig c = MemConfig(BdevType::kRam, "ram::huge", 1ull << 50);
-  c.alloc = AllocPolicy::kLazy;  // eager would commit all of /dev/shm
-  auto b = MustOpen(c);
+  c.alloc = AllocPolicy::kLazy;
+  auto huge = Bdev::Open(c);
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.status().code() == Code::kConfigError);
+  CHECK_MESSAGE(huge.status().message().find("ram bdev 'ram::huge': capacity 1 PiB (a tier's capacity_limit") !=
+                    std::string::npos, huge.status().ToString());
+  CHECK(huge.status().message().find("is more than /dev/shm holds") != std::string::npos);
   uint64_t shm_free = *FilesystemFreeBytes("/dev/shm");
-  BdevStats st = b->GetStats();
-  CHECK(st.capacity <= shm_free + kMiB);
-  CHECK(st.capacity > 0);
-  CHECK(st.remaining <= st.capacity);
   BdevConfig zero = MemConfig(BdevType::kRam, "ram::default", 0);
   auto z = MustOpen(zero);
   CHECK(z->GetStats().capacity <= shm_free + kMiB);
