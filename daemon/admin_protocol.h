@@ -29,9 +29,12 @@ enum class AdminMethod : uint32_t {
   // u32 data bytes wanted -> u32 data bytes granted, then (Unix socket only) one byte carrying
   // two descriptors (SCM_RIGHTS): the channel's memfd segment and its eventfd.
   kOpenChannel = 10,
-  // string token -> empty. The first request on a TCP connection; anything else first, or a
-  // wrong token, closes it (PermissionDenied).
+  // The TCP handshake, the first two requests on a TCP connection (docs/ipc.md); anything else
+  // first, or a wrong proof, closes it (PermissionDenied). The token never crosses the wire.
+  // string client nonce -> string server nonce, string server proof
   kHello = 11,
+  // string client proof -> empty
+  kProve = 12,
 };
 
 // One pool as ListPools reports it: u32 major, string name, module, describe.
@@ -96,6 +99,12 @@ struct RuntimeStatsReply {
   RuntimeStats stats;
   template <class S, class F> static void Fields(S& s, F&& f) { f(s.stats); }
 };
+struct HelloReply {
+  static constexpr const char* kName = "Hello reply";
+  std::string nonce;  // the server's
+  std::string proof;  // TokenProof(token, "clio-runtime", client nonce, server nonce)
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.nonce); f(s.proof); }
+};
 struct OpenChannelReply {
   static constexpr const char* kName = "OpenChannel reply";
   uint32_t granted = 0;
@@ -151,16 +160,21 @@ struct OpenChannel {
   template <class S, class F> static void Fields(S& s, F&& f) { f(s.wanted); }
 };
 struct Hello {
-  CLIO_ADMIN_REQUEST(Hello, Empty, false, kReader);
-  std::string token;
-  template <class S, class F> static void Fields(S& s, F&& f) { f(s.token); }
+  CLIO_ADMIN_REQUEST(Hello, HelloReply, false, kReader);
+  std::string nonce;  // the client's, kNonceBytes
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.nonce); }
+};
+struct Prove {
+  CLIO_ADMIN_REQUEST(Prove, Empty, false, kReader);
+  std::string proof;  // TokenProof(token, "clio-client", server nonce, client nonce)
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.proof); }
 };
 
 #undef CLIO_ADMIN_REQUEST
 
 using AllRequests = std::tuple<Ping, GetStatus, Stop, FindPool, ListPools, GetRuntimeStats, CreatePools, DestroyPool,
-                               ComposeStop, OpenChannel, Hello>;
-static_assert(wire::CoversMethods<AllRequests>(AdminMethod::kPing, AdminMethod::kHello),
+                               ComposeStop, OpenChannel, Hello, Prove>;
+static_assert(wire::CoversMethods<AllRequests>(AdminMethod::kPing, AdminMethod::kProve),
               "every AdminMethod needs one request type in AllRequests");
 
 }  // namespace adminproto

@@ -1,6 +1,8 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,6 +33,17 @@ std::string HomeDir() {
 // copied into the tree), so the copy counts its nodes and its depth.
 constexpr size_t kMaxConfigNodes = 100000;
 constexpr size_t kMaxConfigDepth = 64;
+
+// 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z), or "localhost".
+bool IsLoopbackAddress(const std::string& a) {
+  if (a == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, a.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, a.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
 
 Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out, const std::string& file,
                size_t* nodes, size_t depth = 0) {
@@ -457,6 +470,11 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   CLIO_ASSIGN_OR_RETURN(uint64_t tcp_port, rt.UInt("tcp_port", 0));
   if (tcp_port > 65535) return rt.Error("tcp_port", "must be between 0 (no TCP transport) and 65535");
   cfg.tcp_port = static_cast<uint32_t>(tcp_port);
+  if (cfg.tcp_port != 0 && !IsLoopbackAddress(cfg.tcp_address))
+    return rt.Error("tcp_address", "'" + cfg.tcp_address +
+                                       "' is not a loopback address: TCP off this machine needs TLS, which CLIO does not "
+                                       "have yet (the token handshake alone leaves the stream open to injection); use "
+                                       "127.0.0.1 and a tunnel (ssh -L, WireGuard)");
   CLIO_ASSIGN_OR_RETURN(cfg.token_file, rt.String("token_file", ""));
   if (cfg.token_file.empty()) cfg.token_file = cfg.state_dir + "/token";
   CLIO_ASSIGN_OR_RETURN(uint64_t shm_bytes, rt.Size("shm_channel_size", kDefaultShmChannelBytes));

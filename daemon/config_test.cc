@@ -46,6 +46,8 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  http_address: \"\"\n", "t.yaml:2: runtime.http_address: must not be empty"},
       {"runtime:\n  tcp_port: 70000\n", "t.yaml:2: runtime.tcp_port: must be between 0 (no TCP transport) and 65535"},
       {"runtime:\n  tcp_address: \"\"\n", "t.yaml:2: runtime.tcp_address: must not be empty"},
+      {"runtime:\n  tcp_address: 0.0.0.0\n  tcp_port: 7000\n", "t.yaml:2: runtime.tcp_address: '0.0.0.0' is not a loopback address: TCP off this machine needs TLS"},
+      {"runtime:\n  tcp_address: \"::\"\n  tcp_port: 7000\n", "is not a loopback address"},
       {"runtime:\n  shm_channel_size: 1k\n", "t.yaml:2: runtime.shm_channel_size: must be between 4KiB and 64MiB"},
       {"runtime:\n  shm_channel_size: 1GB\n", "t.yaml:2: runtime.shm_channel_size: must be between"},
       {"runtime:\n  shm_channel_size: lots\n", "t.yaml:2: runtime.shm_channel_size"},

@@ -288,8 +288,8 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
       return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
     CLIO_ASSIGN_OR_RETURN(conn->fd, ConnectTcp(options_.tcp_host, options_.tcp_port));
     conn->mode = IpcMode::kTcp;
-    auto r = CallOn(*conn, 0, static_cast<uint32_t>(AdminMethod::kHello), wire::Encode(adminproto::Hello{token_}));
-    if (!r.ok()) return r.status().WithContext("TCP hello to " + options_.tcp_host + ":" + std::to_string(options_.tcp_port));
+    CLIO_RETURN_IF_ERROR(Handshake(*conn).WithContext("TCP handshake with " + options_.tcp_host + ":" +
+                                                      std::to_string(options_.tcp_port)));
   }
   if (channel && conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
     bool refused = false;
@@ -303,6 +303,23 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
   }
   if (channel) used_.store(static_cast<uint8_t>(conn->mode));
   return conn;
+}
+
+Status RuntimeClient::Handshake(Conn& c) {
+  const std::string nonce = NewNonce();
+  CLIO_ASSIGN_OR_RETURN(std::string raw, CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kHello),
+                                                wire::Encode(adminproto::Hello{nonce})));
+  CLIO_ASSIGN_OR_RETURN(adminproto::HelloReply hello, wire::Decode<adminproto::HelloReply>(raw));
+  // The server proves it knows the token before this client proves anything: a squatter on the
+  // port learns a nonce and nothing else.
+  if (hello.nonce.size() != kNonceBytes ||
+      !TokensMatch(hello.proof, TokenProof(token_, "clio-runtime", nonce, hello.nonce)))
+    return Status(Code::kPermissionDenied,
+                  "the server's proof does not match this client's token: a wrong token (runtime.token_file " +
+                      options_.token_file + "), or not this node's runtime");
+  CLIO_ASSIGN_OR_RETURN(raw, CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kProve),
+                                    wire::Encode(adminproto::Prove{TokenProof(token_, "clio-client", hello.nonce, nonce)})));
+  return Status::Ok();
 }
 
 Status RuntimeClient::OpenChannel(Conn& c, bool* refused) {

@@ -149,6 +149,8 @@ class RuntimeClient {
   // Asks the runtime for a shared-memory channel on the connection's Unix socket. On an error,
   // *refused says whether the runtime answered it cleanly (the socket is still usable).
   Status OpenChannel(Conn& c, bool* refused);
+  // The TCP handshake (docs/ipc.md): the server proves the token, then this client.
+  Status Handshake(Conn& c);
   void ReturnConnection(std::unique_ptr<Conn> c);
   Result<std::string> CallOn(Conn& c, uint32_t pool, uint32_t method, std::string_view payload,
                              uint64_t request_id = 0, uint16_t flags = 0);

@@ -153,7 +153,7 @@ TEST_CASE("the admin pool lists pools and reports runtime stats") {
 
 TEST_CASE("admin methods name who may call them: reports are readers', changes the admin's") {
   for (AdminMethod m : {AdminMethod::kPing, AdminMethod::kStatus, AdminMethod::kFindPool, AdminMethod::kListPools,
-                        AdminMethod::kRuntimeStats, AdminMethod::kHello, AdminMethod::kOpenChannel})
+                        AdminMethod::kRuntimeStats, AdminMethod::kHello, AdminMethod::kProve, AdminMethod::kOpenChannel})
     CHECK(AdminCallerOf(static_cast<uint32_t>(m)) == CallerClass::kReader);
   for (AdminMethod m : {AdminMethod::kStop, AdminMethod::kCreatePools, AdminMethod::kDestroyPool,
                         AdminMethod::kComposeStop})

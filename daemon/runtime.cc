@@ -787,7 +787,11 @@ Result<adminproto::OpenChannelReply> Runtime::Run(const adminproto::OpenChannel&
   return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
 }
 
-Result<wire::Empty> Runtime::Run(const adminproto::Hello&) {
+Result<adminproto::HelloReply> Runtime::Run(const adminproto::Hello&) {
+  return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
+}
+
+Result<wire::Empty> Runtime::Run(const adminproto::Prove&) {
   return Status(Code::kNotSupported, "a transport method: answered by the server on a connection");
 }
 

@@ -118,7 +118,8 @@ class Runtime : public PoolRegistry {
   Result<wire::Empty> Run(const adminproto::DestroyPool& r);
   Result<adminproto::PoolListReply> Run(const adminproto::ComposeStop& r);
   Result<adminproto::OpenChannelReply> Run(const adminproto::OpenChannel& r);
-  Result<wire::Empty> Run(const adminproto::Hello& r);
+  Result<adminproto::HelloReply> Run(const adminproto::Hello& r);
+  Result<wire::Empty> Run(const adminproto::Prove& r);
   Status RouteHere(const Pool& pool, uint32_t method, std::string_view payload, const PoolQuery& query) const;
   // Whether the current request's peer (CurrentRequest().peer) may call `method` of `pool`
   // (null: the admin pool): PermissionDenied naming the method, its class and the caller.

@@ -47,7 +47,9 @@ struct Connection {
   Socket sock;
   std::optional<ShmSegment> segment;
   std::optional<asio::posix::stream_descriptor> wake;  // the runtime's end of the eventfd
-  bool authenticated = false;  // TCP: after a good Hello; Unix: from the start
+  bool authenticated = false;  // TCP: after a good Prove; Unix: from the start
+  // TCP: the nonces of the handshake, from Hello until Prove.
+  std::string client_nonce, server_nonce;
   // Who is on the other end (set before any request is read; TCP: at its Hello).
   std::shared_ptr<const Peer> peer;
   // The client's end of the channel's eventfd, from OpenChannel until it is sent.
@@ -72,9 +74,13 @@ Result<std::string> Bounded(Result<std::string> r) {
   return r;
 }
 
+bool IsHandshake(const RequestHeader& h) {
+  return h.pool == 0 && (h.method == static_cast<uint32_t>(AdminMethod::kHello) ||
+                         h.method == static_cast<uint32_t>(AdminMethod::kProve));
+}
+
 bool IsTransportMethod(const RequestHeader& h) {
-  return h.pool == 0 && (h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel) ||
-                         h.method == static_cast<uint32_t>(AdminMethod::kHello));
+  return IsHandshake(h) || (h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel));
 }
 
 bool IsStop(const RequestHeader& h) { return h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop); }
@@ -478,7 +484,7 @@ class Server::Impl {
         co_return;
       }
       if (!co_await ReadPayload(conn->sock, h.payload_len, &payload)) co_return;
-      if (!conn->authenticated && !(h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kHello))) {
+      if (!conn->authenticated && !IsHandshake(h)) {
         CLIO_LOG_WARN("TCP client sent a request before its hello: connection closed");
         co_await Reply(conn->sock, h, Status(Code::kPermissionDenied, "send Hello with the runtime's token first"));
         co_return;
@@ -492,9 +498,11 @@ class Server::Impl {
       else r = co_await RunTask(h, payload, conn->peer);
       --conn->in_request;
       if (kTcp && !was_authenticated && conn->authenticated) --unauthenticated_;
-      const bool refused = !conn->authenticated;
+      // A failed handshake step (a wrong proof, a step out of order): the answer says why, and
+      // the connection ends.
+      const bool refused = !conn->authenticated && !r.ok();
       if (!co_await Reply(conn->sock, h, r)) co_return;
-      if (refused) co_return;  // a wrong token: the answer said why, and the connection ends
+      if (refused) co_return;
       if constexpr (!kTcp) {
         if (h.method == static_cast<uint32_t>(AdminMethod::kOpenChannel) && h.pool == 0 && r.ok()) {
           // The descriptors follow the answer, in one byte of their own. The channel counts
@@ -553,17 +561,12 @@ class Server::Impl {
   // OpenChannel and Hello. Runs on the connection's own coroutine.
   template <typename Socket>
   Result<std::string> Transport(Connection<Socket>& conn, const RequestHeader& h, std::string_view payload) {
-    if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
-      CLIO_ASSIGN_OR_RETURN(adminproto::Hello hello, wire::Decode<adminproto::Hello>(payload));
-      const std::string& token = hello.token;
-      if (!std::is_same_v<Socket, TcpSocket>) return std::string();  // Unix: nothing to prove
-      if (!TokensMatch(token, options_.token)) {
-        CLIO_LOG_WARN("TCP client presented a wrong token: connection closed");
-        return Status(Code::kPermissionDenied, "wrong token (the runtime's runtime.token_file)");
+    if (IsHandshake(h)) {
+      if constexpr (!std::is_same_v<Socket, TcpSocket>) {
+        return Status(Code::kNotSupported, "the Unix socket needs no handshake: the kernel names the peer");
+      } else {
+        return Handshake(conn, h, payload);
       }
-      conn.peer = TokenPeer();
-      conn.authenticated = true;
-      return std::string();
     }
     CLIO_ASSIGN_OR_RETURN(adminproto::OpenChannel open, wire::Decode<adminproto::OpenChannel>(payload));
     const uint32_t wanted = open.wanted;
@@ -585,6 +588,33 @@ class Server::Impl {
       conn.client_wake = client_end;  // sent right after the answer
       return wire::Encode(adminproto::OpenChannelReply{bytes});
     }
+  }
+
+  // The TCP handshake: Hello (the client's nonce) is answered with the server's nonce and its
+  // proof of the token; Prove (the client's proof over both nonces) authenticates the
+  // connection as the node's administrator. Neither side sends the token.
+  Result<std::string> Handshake(Connection<TcpSocket>& conn, const RequestHeader& h, std::string_view payload) {
+    if (conn.authenticated) return Status(Code::kAlreadyExists, "this connection has made its handshake already");
+    if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
+      CLIO_ASSIGN_OR_RETURN(adminproto::Hello hello, wire::Decode<adminproto::Hello>(payload));
+      if (!conn.server_nonce.empty()) return Status(Code::kPermissionDenied, "a second Hello on one connection");
+      if (hello.nonce.size() != kNonceBytes)
+        return Status(Code::kPermissionDenied, "a Hello nonce of " + std::to_string(hello.nonce.size()) + " bytes, not " +
+                                                   std::to_string(kNonceBytes) + " (an older client?)");
+      conn.client_nonce = hello.nonce;
+      conn.server_nonce = NewNonce();
+      return wire::Encode(adminproto::HelloReply{
+          conn.server_nonce, TokenProof(options_.token, "clio-runtime", conn.client_nonce, conn.server_nonce)});
+    }
+    CLIO_ASSIGN_OR_RETURN(adminproto::Prove prove, wire::Decode<adminproto::Prove>(payload));
+    if (conn.server_nonce.empty()) return Status(Code::kPermissionDenied, "Prove before Hello");
+    if (!TokensMatch(prove.proof, TokenProof(options_.token, "clio-client", conn.server_nonce, conn.client_nonce))) {
+      CLIO_LOG_WARN("TCP client proved a wrong token: connection closed");
+      return Status(Code::kPermissionDenied, "wrong token (the runtime's runtime.token_file)");
+    }
+    conn.peer = TokenPeer();
+    conn.authenticated = true;
+    return std::string();
   }
 
   // Serves a connection's shared-memory channel: each wake-up on its eventfd is a request in

@@ -1,5 +1,9 @@
 #include "daemon/token.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -29,6 +33,28 @@ bool TokensMatch(std::string_view given, std::string_view token) {
     diff |= static_cast<unsigned char>(a ^ b);
   }
   return diff == 0;
+}
+
+std::string TokenProof(std::string_view token, std::string_view role, std::string_view first, std::string_view second) {
+  std::string msg(role);
+  msg += '\0';
+  msg += first;
+  msg += second;
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  ::HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), reinterpret_cast<const unsigned char*>(msg.data()),
+         msg.size(), out, &len);
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+std::string NewNonce() {
+  std::string n(kNonceBytes, '\0');
+  size_t got = 0;
+  while (got < n.size()) {
+    const ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return n;
 }
 
 }  // namespace clio

@@ -1,5 +1,6 @@
-// The node's token (runtime.token_file): what TCP clients present in their Hello and HTTP
-// actions in their Authorization header. The runtime makes it (runtime.cc, EnsureToken).
+// The node's token (runtime.token_file): what TCP clients and the runtime prove to each other
+// they know (TokenProof), and what HTTP actions present in their Authorization header. The
+// runtime makes it (runtime.cc, EnsureToken).
 #pragma once
 
 #include <string>
@@ -16,5 +17,13 @@ Result<std::string> ReadTokenFile(const std::string& path);
 // Whether a presented token is the node's, in time that depends only on the longer of the two:
 // a wrong guess teaches nothing, not even the length.
 bool TokensMatch(std::string_view given, std::string_view token);
+
+// The TCP handshake (docs/ipc.md): each side proves it knows the token without sending it, over
+// both sides' fresh nonces, so that neither a port squatter nor a recorded exchange learns or
+// replays anything. HMAC-SHA256(token, role | 0 | first | second), 32 bytes.
+inline constexpr size_t kNonceBytes = 32;
+std::string TokenProof(std::string_view token, std::string_view role, std::string_view first, std::string_view second);
+// kNonceBytes random bytes.
+std::string NewNonce();
 
 }  // namespace clio

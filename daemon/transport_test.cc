@@ -28,6 +28,7 @@
 #include "daemon/runtime.h"
 #include "daemon/test_serving.h"
 #include "daemon/shm_channel.h"
+#include "daemon/token.h"
 
 using namespace clio;
 
@@ -286,6 +287,123 @@ TEST_CASE("TCP: a wrong token or a request before the hello closes the connectio
   CHECK(::recv(fd, &b, 1, 0) == 0);
   ::close(fd);
   CHECK(*n.Client(IpcMode::kTcp)->Call(7, 1, "ok") == "ok");
+}
+
+namespace {
+
+int ConnectLoopback(uint32_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+// One request on a raw connection; the answer's code and payload.
+std::pair<Code, std::string> RawCall(int fd, AdminMethod m, const std::string& payload) {
+  RequestHeader h;
+  h.method = static_cast<uint32_t>(m);
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  REQUIRE(::send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
+  REQUIRE(::send(fd, payload.data(), payload.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(payload.size()));
+  ResponseHeader r;
+  REQUIRE(::recv(fd, &r, sizeof r, MSG_WAITALL) == sizeof r);
+  std::string body(r.payload_len, '\0');
+  if (!body.empty()) REQUIRE(::recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  return {static_cast<Code>(r.code), body};
+}
+
+}  // namespace
+
+TEST_CASE("TCP handshake: the runtime proves the token first, the token never crosses, a wrong proof closes") {
+  const uint32_t port = FreePort();
+  Node n("  tcp_port: " + std::to_string(port) + "\n");
+  auto token = ReadTokenFile(n.rt->config().token_file);
+  REQUIRE(token.ok());
+  // The runtime's answer to a Hello proves the token over both nonces.
+  int fd = ConnectLoopback(port);
+  const std::string nonce = NewNonce();
+  auto [code, raw] = RawCall(fd, AdminMethod::kHello, wire::Encode(adminproto::Hello{nonce}));
+  REQUIRE(code == Code::kOk);
+  auto hello = wire::Decode<adminproto::HelloReply>(raw);
+  REQUIRE(hello.ok());
+  CHECK(hello->nonce.size() == kNonceBytes);
+  CHECK(hello->proof == TokenProof(*token, "clio-runtime", nonce, hello->nonce));
+  CHECK(raw.find(*token) == std::string::npos);
+  // A client that cannot prove the token is refused and closed.
+  auto [wrong, why] = RawCall(fd, AdminMethod::kProve, wire::Encode(adminproto::Prove{std::string(32, 'x')}));
+  CHECK(wrong == Code::kPermissionDenied);
+  CHECK(why.find("wrong token") != std::string::npos);
+  char b;
+  CHECK(::recv(fd, &b, 1, 0) == 0);
+  ::close(fd);
+  // A replayed proof of another connection is wrong on this one (fresh nonces).
+  fd = ConnectLoopback(port);
+  auto first = RawCall(fd, AdminMethod::kHello, wire::Encode(adminproto::Hello{nonce}));
+  REQUIRE(first.first == Code::kOk);
+  const std::string old_proof = TokenProof(*token, "clio-client", hello->nonce, nonce);
+  CHECK(RawCall(fd, AdminMethod::kProve, wire::Encode(adminproto::Prove{old_proof})).first == Code::kPermissionDenied);
+  ::close(fd);
+  // Prove before Hello, and a short nonce, are refused.
+  fd = ConnectLoopback(port);
+  CHECK(RawCall(fd, AdminMethod::kProve, wire::Encode(adminproto::Prove{old_proof})).first == Code::kPermissionDenied);
+  ::close(fd);
+  fd = ConnectLoopback(port);
+  CHECK(RawCall(fd, AdminMethod::kHello, wire::Encode(adminproto::Hello{"short"})).first == Code::kPermissionDenied);
+  ::close(fd);
+  CHECK(*n.Client(IpcMode::kTcp)->Call(7, 1, "ok") == "ok");
+}
+
+TEST_CASE("TCP handshake: a client refuses a server that cannot prove the token, and tells it nothing") {
+  // A squatter on the port: answers every Hello with a made-up proof, and records what it got.
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  std::string received;
+  std::thread squatter([&] {
+    int c = ::accept(listener, nullptr, nullptr);
+    RequestHeader h;
+    if (::recv(c, &h, sizeof h, MSG_WAITALL) != sizeof h) return ::close(c), void();
+    std::string body(h.payload_len, '\0');
+    ::recv(c, body.data(), body.size(), MSG_WAITALL);
+    received.append(reinterpret_cast<const char*>(&h), sizeof h).append(body);
+    const std::string answer = wire::Encode(adminproto::HelloReply{NewNonce(), std::string(32, 'p')});
+    ResponseHeader r;
+    r.request_id = h.request_id;
+    r.payload_len = static_cast<uint32_t>(answer.size());
+    ::send(c, &r, sizeof r, MSG_NOSIGNAL);
+    ::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(c, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+    ::close(c);
+  });
+  char tmpl[] = "/tmp/clio_squat_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string token = "the-node-token-0123456789abcdef";
+  std::ofstream(dir + "/token") << token << "\n";
+  RuntimeClient::Options o;
+  o.socket_path = dir + "/none.sock";
+  o.mode = IpcMode::kTcp;
+  o.tcp_host = "127.0.0.1";
+  o.tcp_port = ntohs(a.sin_port);
+  o.token_file = dir + "/token";
+  auto c = RuntimeClient::Connect(o);
+  squatter.join();
+  ::close(listener);
+  std::filesystem::remove_all(dir);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == Code::kPermissionDenied);
+  CHECK_MESSAGE(c.status().message().find("not this node's runtime") != std::string::npos, c.status().ToString());
+  CHECK(received.size() == sizeof(RequestHeader) + 4 + kNonceBytes);  // the Hello, and nothing after it
+  CHECK(received.find(token) == std::string::npos);
 }
 
 TEST_CASE("a malformed request in a shared-memory channel closes that connection only, and is counted") {

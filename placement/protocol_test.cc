@@ -92,7 +92,8 @@ TEST_CASE("CTE requests and replies keep their wire bytes") {
 TEST_CASE("admin and safe-bdev requests and replies keep their wire bytes") {
   CHECK(wire::Encode(adminproto::CreatePools{"src", "yaml: 1"}) == Encoder().PutBytes("src").PutBytes("yaml: 1").Take());
   CHECK(wire::Encode(adminproto::FindPool{"clio_fs"}) == Encoder().PutBytes("clio_fs").Take());
-  CHECK(wire::Encode(adminproto::Hello{"token"}) == Encoder().PutBytes("token").Take());
+  CHECK(wire::Encode(adminproto::Hello{"nonce"}) == Encoder().PutBytes("nonce").Take());
+  CHECK(wire::Encode(adminproto::Prove{"proof"}) == Encoder().PutBytes("proof").Take());
   CHECK(wire::Encode(adminproto::OpenChannel{1 << 20}) == Encoder().Put<uint32_t>(1 << 20).Take());
   CHECK(wire::Encode(adminproto::PoolListReply{{{7, "a", "m", "d"}}}) ==
         Encoder().Put<uint32_t>(1).Put<uint32_t>(7).PutBytes("a").PutBytes("m").PutBytes("d").Take());

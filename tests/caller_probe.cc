@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
     }
     for (uint32_t m = 0; m < kMethods; ++m) {
       // The transport methods are the connection's own (answered before any pool runs).
-      if (pool == 0 && (m == M(AdminMethod::kOpenChannel) || m == M(AdminMethod::kHello))) continue;
+      if (pool == 0 && (m == M(AdminMethod::kOpenChannel) || m == M(AdminMethod::kHello) || m == M(AdminMethod::kProve)))
+        continue;
       const bool reader = readers->second.count(m) != 0;
       auto r = c.Call(pool, m, "", RuntimeClient::Resend::kNever);
       const bool denied = !r.ok() && r.status().code() == Code::kPermissionDenied;

@@ -101,6 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (from_channel.ok() && taken != payload) std::abort();
     if (h.payload_len > w.channel.capacity() && from_channel.ok()) std::abort();  // past the channel
     if (h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kHello)) (void)clio::wire::Decode<clio::adminproto::Hello>(payload);
+    if (h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kProve)) (void)clio::wire::Decode<clio::adminproto::Prove>(payload);
     if (h.pool == 0 && h.method == static_cast<uint32_t>(clio::AdminMethod::kOpenChannel))
       (void)clio::wire::Decode<clio::adminproto::OpenChannel>(payload);
     if (!Allowed(h)) continue;

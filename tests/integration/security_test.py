@@ -14,7 +14,8 @@ Scenarios:
 - squatter: a process of the attacker listens on the socket path while the runtime is away:
   clioctl and clio-fuse (root) refuse it and send it nothing.
 - no_tcp_fallback: with runtime.tcp_port set and the runtime away, the attacker holds the port:
-  an `auto` client does not fall back to TCP, so the node's token never reaches it.
+  an `auto` client does not fall back to TCP; a client told to use TCP sends it a nonce, never
+  the token.
 - frame_budget: frames that announce 64 MiB and send 2 MiB cost the runtime what was sent.
 - state_modes: the state directory 0700 (0750 with group clio) and its files 0600, a too-long
   socket_path refused before anything is made, a token file others may read refused.
@@ -140,16 +141,16 @@ def squatter(env, argv_tail, groups):
         "while True:\n"
         "    c, _ = s.accept()\n"
         "    c.settimeout(2)\n"
-        "    n = 0\n"
+        "    got = b''\n"
         "    try:\n"
         "        while True:\n"
         "            b = c.recv(65536)\n"
         "            if not b: break\n"
-        "            n += len(b)\n"
+        "            got += b\n"
         "    except OSError:\n"
         "        pass\n"
         "    c.close()\n"
-        "    print('received', n, flush=True)\n")
+        "    print('received', len(got), got.hex(), flush=True)\n")
     # Debian's interpreter: the one running this test may live under a 0700 home.
     p = subprocess.Popen(["/usr/bin/python3", "-c", code] + argv_tail, user=ATTACKER, group=ATTACKER,
                          extra_groups=groups, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -159,10 +160,14 @@ def squatter(env, argv_tail, groups):
     return p
 
 
-def squatter_report(p):
+def squatter_report(p, contents=False):
+    """The byte counts of the connections the squatter saw (with `contents`, the bytes)."""
     p.kill()
     out, _ = p.communicate(timeout=30)
-    return [int(x.split()[1]) for x in out.splitlines() if x.startswith("received")]
+    got = [x.split() for x in out.splitlines() if x.startswith("received")]
+    if contents:
+        return [bytes.fromhex(x[2]) if len(x) > 2 else b"" for x in got]
+    return [int(x[1]) for x in got]
 
 
 def scenario_squatter(env):
@@ -211,6 +216,21 @@ def scenario_no_tcp_fallback(env):
     check(not got or all(n == 0 for n in got), f"an auto client sent the TCP squatter {got} bytes (its token)")
     check(not got, f"an auto client connected to the TCP port: {got}")
     log("auto client stayed off TCP")
+    # A client told to use TCP meets the squatter: it sends a nonce, never the token, and the
+    # squatter (which cannot prove the token) gets nothing more.
+    with open(os.path.join(env.state, "token")) as f:
+        token = f.read().strip().encode()
+    p = squatter(env, ["tcp", str(port)], [])
+    try:
+        e = env.env()
+        e["CLIO_IPC_MODE"] = "tcp"
+        cp = run_cmd([env.clioctl, "stat"], env=e)
+        check(cp.returncode != 0, "clioctl stat over TCP succeeded against a squatter:\n" + describe(cp))
+    finally:
+        got = squatter_report(p, contents=True)
+    check(got and all(token not in b for b in got), f"the TCP squatter got {got}: the token crossed the wire")
+    check(all(len(b) == 32 + 4 + 32 for b in got), f"the TCP squatter got more than a Hello: {[len(b) for b in got]}")
+    log(f"a TCP client gave the squatter {len(got)} hello(s) of a nonce, no token")
 
 
 def rss_kib(pid):
