@@ -30,7 +30,7 @@ inline const char* CallerClassName(CallerClass c) {
 // A connection's peer, fixed when it connected: a connection is a capability, whoever holds
 // its descriptor afterwards.
 struct Peer {
-  static constexpr uint32_t kNoUid = ~0u;  // TCP: the token vouches, not a uid
+  static constexpr uint32_t kNoUid = ~0u;  // TCP, HTTP: the token vouches, not a uid
   uint32_t uid = kNoUid;
   uint32_t gid = kNoUid;
   std::vector<uint32_t> groups;  // supplementary groups (SO_PEERGROUPS)
@@ -45,9 +45,9 @@ struct Peer {
     return false;
   }
   bool May(CallerClass c) const { return static_cast<uint8_t>(c) <= static_cast<uint8_t>(granted); }
-  // "uid 1000", or "a TCP client with the node's token".
+  // "uid 1000", or "a client with the node's token".
   std::string Describe() const {
-    return uid == kNoUid ? std::string("a TCP client with the node's token") : "uid " + std::to_string(uid);
+    return uid == kNoUid ? std::string("a client with the node's token") : "uid " + std::to_string(uid);
   }
 };
 

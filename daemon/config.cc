@@ -485,6 +485,16 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   if (grace > 86400) return rt.Error("client_reap_grace_s", "must be between 0 and 86400 seconds");
   cfg.client_reap_grace_s = static_cast<uint32_t>(grace);
   CLIO_ASSIGN_OR_RETURN(cfg.module_dir, rt.String("module_dir", "/usr/lib/clio/modules"));
+  if (const ConfigValue* allowed = rt.Child("allowed_paths")) {
+    if (allowed->kind != ConfigValue::Kind::kList)
+      return rt.Error("allowed_paths", "expected a list of absolute directory paths");
+    for (const ConfigValue& v : allowed->list) {
+      if (v.kind != ConfigValue::Kind::kScalar || v.scalar.empty() || v.scalar.front() != '/')
+        return ConfigError(file + ":" + std::to_string(v.line) + ": " + v.path +
+                           ": expected an absolute directory path");
+      cfg.allowed_paths.push_back(v.scalar);
+    }
+  }
   CLIO_ASSIGN_OR_RETURN(uint64_t slow_us, rt.UInt("slow_task_us", 2000));
   if (slow_us < 1 || slow_us > 60000000) return rt.Error("slow_task_us", "must be between 1 and 60000000 microseconds");
   cfg.slow_task_us = static_cast<uint32_t>(slow_us);

@@ -123,6 +123,9 @@ struct RuntimeConfig {
   // Where external modules are loaded from (runtime.module_dir; daemon/module.h): a root-owned
   // directory holding lib<mod_name>.so.
   std::string module_dir = "/usr/lib/clio/modules";
+  // Directories besides state_dir where a client's pool create, compose start or tier add may
+  // make files (runtime.allowed_paths; daemon/confine.h): absolute paths.
+  std::vector<std::string> allowed_paths;
   uint32_t stuck_task_ms = 100;
   std::vector<ComposeEntry> compose;
   std::shared_ptr<ConfigValue> root;  // owns the tree ComposeEntry::node points into

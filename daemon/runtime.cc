@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/asio.h"
+#include "daemon/confine.h"
 #include "daemon/dashboard_html.h"
 #include "daemon/http.h"
 #include "daemon/ipc.h"
@@ -144,7 +145,11 @@ Result<std::string> EnsureToken(const std::string& path) {
 Runtime::Runtime(RuntimeConfig config)
     : config_(std::move(config)),
       start_time_(std::chrono::duration_cast<std::chrono::seconds>(
-                      std::chrono::steady_clock::now().time_since_epoch()).count()) {}
+                      std::chrono::steady_clock::now().time_since_epoch()).count()) {
+  std::vector<std::string> roots = {config_.state_dir};
+  roots.insert(roots.end(), config_.allowed_paths.begin(), config_.allowed_paths.end());
+  SetConfinementRoots(std::move(roots));
+}
 
 Runtime::~Runtime() = default;
 
@@ -286,6 +291,8 @@ Status Runtime::SaveLog() {
 }
 
 Result<std::vector<PoolInfo>> Runtime::CreatePools(std::string_view yaml, const std::string& source) {
+  // A client's pools make their files beneath the runtime's allowed directories (daemon/confine.h).
+  ScopedConfinement confine(CurrentRequest().peer != nullptr);
   MutexLock l(&compose_mu_);
   CLIO_ASSIGN_OR_RETURN(ComposeDocument doc, ParseComposeDocument(yaml, source, config_.state_dir));
   for (const ComposeEntry& e : doc.entries)

@@ -9,6 +9,7 @@
 
 #include "common/codec.h"
 #include "common/log.h"
+#include "daemon/confine.h"
 #include "storage/bdev_config.h"
 #include "storage/bdev_pool.h"
 #include "storage/kv.h"
@@ -320,6 +321,8 @@ Result<cteproto::ReorganizeReply> CtePool::Run(const cteproto::Reorganize&) {
 // looks the pool up, which the runtime records as a use (so the pool cannot be destroyed under
 // the tier); a tier that was not added gives the use back.
 Result<cteproto::TierListReply> CtePool::Run(const cteproto::AddTier& r) {
+  // A client's tier makes its files beneath the runtime's allowed directories (docs/security.md).
+  ScopedConfinement confine(CurrentRequest().peer != nullptr);
   MutexLock l(&attached_mu_);
   std::optional<LookupsSeen> seen;
   if (registry_) seen.emplace(registry_);

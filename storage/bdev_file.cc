@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "daemon/confine.h"
 #include "storage/alloc_log.h"
 #include "storage/bdev_base.h"
 #include "storage/sys_util.h"
@@ -223,11 +224,8 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
   if (!c.persistence) c.persistence = Persistence::kTemporary;
 
   // The tier's directory is created on first use, like the state directory above it.
-  std::error_code dir_error;
   std::filesystem::path parent = std::filesystem::path(c.name).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, dir_error);
-  if (dir_error)
-    return IoError("file bdev '" + c.name + "': cannot create " + parent.string() + ": " + dir_error.message());
+  if (!parent.empty()) CLIO_RETURN_IF_ERROR(MakeDirsBeneath(parent.string()).WithContext("file bdev '" + c.name + "'"));
   // io_depth is the seed key; it sizes the per-thread rings / contexts of the tier's I/O.
   c.io.io_depth = c.io_depth;
   IoOptions data_io = c.io;

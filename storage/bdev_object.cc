@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "daemon/confine.h"
 #include "storage/alloc_log.h"
 #include "storage/bdev_base.h"
 #include "storage/objstore/object_store.h"
@@ -381,13 +382,11 @@ Result<std::unique_ptr<Bdev>> OpenObjectBdev(const BdevConfig& config) {
                                                    "tier " + where + " object " + header_key,
                                                    "CLIO object tier header"));
   }
-  std::error_code ec;
   const std::filesystem::path log_dir = std::filesystem::path(c.alloc_log).parent_path();
-  if (!log_dir.empty() && !std::filesystem::create_directories(log_dir, ec) && ec) {
-    return IoError("tier " + where + ": creating the directory of alloc_log " + c.alloc_log +
-                   ": " + ec.message());
-  }
+  if (!log_dir.empty())
+    CLIO_RETURN_IF_ERROR(MakeDirsBeneath(log_dir.string()).WithContext("tier " + where + ": the directory of alloc_log"));
   // A log shorter than its header is a creation torn by a crash: it holds nothing.
+  std::error_code ec;
   const uint64_t log_size = std::filesystem::file_size(c.alloc_log, ec);
   const bool log_exists = !ec && log_size >= AllocLog::kHeaderSize;
 

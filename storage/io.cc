@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "daemon/confine.h"
 #include "storage/io_engine.h"
 #include "storage/io_fault.h"
 
@@ -342,11 +343,8 @@ Result<std::unique_ptr<IoFile>> OpenIoFile(const std::string& path, const IoOpti
   int flags = O_RDWR | O_CLOEXEC;
   if (options.create) flags |= O_CREAT;
   if (options.exclusive) flags |= O_EXCL;
-  int fd;
-  do {
-    fd = ::open(path.c_str(), flags, static_cast<mode_t>(options.mode));
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  // Beneath the allowed directories when a client's request creates the file (daemon/confine.h).
+  CLIO_ASSIGN_OR_RETURN(const int fd, OpenBeneath(path, flags, static_cast<mode_t>(options.mode)));
 
   const bool fault = options.fault_injection || FaultInjectionFromEnv();
   int direct_fd = -1;

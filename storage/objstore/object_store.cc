@@ -1,9 +1,11 @@
 #include "storage/objstore/object_store.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -63,6 +65,22 @@ std::string GetEnv(const char* name) {
   return v != nullptr ? v : "";
 }
 
+std::string GetSecret(const char* name) {
+  // systemd's LoadCredential=: a file named after the variable, in lower case, in
+  // $CREDENTIALS_DIRECTORY (readable by the service alone, never in `systemctl show`).
+  if (const std::string dir = GetEnv("CREDENTIALS_DIRECTORY"); !dir.empty()) {
+    std::string file = name;
+    for (char& c : file) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::ifstream in(dir + "/" + file);
+    std::string value;
+    if (in && std::getline(in, value)) {
+      while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) value.pop_back();
+      if (!value.empty()) return value;
+    }
+  }
+  return GetEnv(name);
+}
+
 std::string ObjectLocation::Key(std::string_view name) const {
   return prefix.empty() ? std::string(name) : prefix + "/" + std::string(name);
 }
@@ -113,17 +131,18 @@ Result<ObjectLocation> ParseObjectLocation(std::string_view name, std::string_vi
 
 Result<S3Settings> S3SettingsFromEnv() {
   S3Settings s;
-  s.access_key = GetEnv("AWS_ACCESS_KEY_ID");
-  s.secret_key = GetEnv("AWS_SECRET_ACCESS_KEY");
+  s.access_key = GetSecret("AWS_ACCESS_KEY_ID");
+  s.secret_key = GetSecret("AWS_SECRET_ACCESS_KEY");
   if (s.access_key.empty() || s.secret_key.empty()) {
     return PermissionDenied(
-        "s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set in the environment of the "
+        "s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set, as systemd credentials "
+        "(LoadCredential=aws_access_key_id:FILE, in $CREDENTIALS_DIRECTORY) or in the environment of the "
         "process that starts the runtime (missing: " +
         std::string(s.access_key.empty() ? "AWS_ACCESS_KEY_ID" : "") +
         (s.access_key.empty() && s.secret_key.empty() ? ", " : "") +
         (s.secret_key.empty() ? "AWS_SECRET_ACCESS_KEY" : "") + ")");
   }
-  s.session_token = GetEnv("AWS_SESSION_TOKEN");
+  s.session_token = GetSecret("AWS_SESSION_TOKEN");
   if (std::string r = GetEnv("AWS_DEFAULT_REGION"); !r.empty()) s.region = r;
   s.endpoint = GetEnv("S3_ENDPOINT");
   s.allow_bucket_create = GetEnv("S3_ALLOW_BUCKET_CREATE") == "1";
@@ -132,11 +151,12 @@ Result<S3Settings> S3SettingsFromEnv() {
 
 Result<GcsSettings> GcsSettingsFromEnv() {
   GcsSettings s;
-  s.token = GetEnv("GCS_ACCESS_TOKEN");
+  s.token = GetSecret("GCS_ACCESS_TOKEN");
   if (s.token.empty()) {
     return PermissionDenied(
-        "gcs: GCS_ACCESS_TOKEN must be set in the environment of the process that starts the "
-        "runtime (e.g. the output of `gcloud auth print-access-token`)");
+        "gcs: GCS_ACCESS_TOKEN must be set, as a systemd credential (LoadCredential=gcs_access_token:FILE) "
+        "or in the environment of the process that starts the runtime (e.g. the output of "
+        "`gcloud auth print-access-token`)");
   }
   if (std::string e = GetEnv("GCS_ENDPOINT"); !e.empty()) s.endpoint = e;
   if (std::string p = GetEnv("GCS_PROJECT_ID"); !p.empty()) s.project_id = p;

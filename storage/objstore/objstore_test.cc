@@ -3,6 +3,10 @@
 // when CLIO_OBJSTORE_SERVER=s3rver.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "storage/objstore/object_store.h"
@@ -113,6 +117,21 @@ TEST_CASE("s3 store: credentials") {
     CHECK(ok->allow_bucket_create);
     CHECK(ok->session_token == "tok");
     CHECK(ok->endpoint == "http://127.0.0.1:1");
+  }
+  SUBCASE("systemd credentials (files in $CREDENTIALS_DIRECTORY) come before the environment") {
+    char tmpl[] = "/tmp/clio_creds_XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    std::ofstream(dir + "/aws_access_key_id") << "from-file-key\n";
+    std::ofstream(dir + "/aws_secret_access_key") << "from-file-secret\n";
+    ScopedEnv env;
+    env.Set("CREDENTIALS_DIRECTORY", dir).Set("AWS_ACCESS_KEY_ID", "env-key").Unset("AWS_SECRET_ACCESS_KEY");
+    auto s = S3SettingsFromEnv();
+    REQUIRE(s.ok());
+    CHECK(s->access_key == "from-file-key");
+    CHECK(s->secret_key == "from-file-secret");
+    std::filesystem::remove(dir + "/aws_access_key_id");
+    CHECK(S3SettingsFromEnv()->access_key == "env-key");  // no file: the environment
+    std::filesystem::remove_all(dir);
   }
   SUBCASE("a wrong secret is refused with a clear error, not retried") {
     if (!srv.standin) {

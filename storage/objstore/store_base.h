@@ -67,5 +67,8 @@ Status CopyRangedBody(const std::string& what, const http::Response& r, uint64_t
                       uint64_t len, char* out);
 
 std::string GetEnv(const char* name);
+// A secret: the file `name` in lower case in $CREDENTIALS_DIRECTORY (systemd's LoadCredential=),
+// its first line; else the environment variable `name`.
+std::string GetSecret(const char* name);
 
 }  // namespace clio

@@ -2169,7 +2169,16 @@ def scenario_pool_ops(env):
 
     base = names()
     check(len(base) == 2, f"the default config composes the CTE and the filesystem: {base}")
-    dev = os.path.join(env.T, "extra.dat")
+    # A client's pool makes its files beneath the state directory (or runtime.allowed_paths) only.
+    outside = os.path.join(env.T, "outside.dat")
+    refused(("pool", "create", "clio_bdev", outside, "bdev_type=file", "capacity=32MB"), 1,
+            r"outside them: a client may make the runtime create files only beneath", "a file outside the state dir")
+    check(not os.path.exists(outside), f"a refused pool create made {outside}")
+    os.symlink(env.T, os.path.join(env.state, "link"))
+    refused(("pool", "create", "clio_bdev", os.path.join(env.state, "link", "x.dat"), "bdev_type=file",
+             "capacity=32MB"), 1, r"leaves its directory", "a path through a symbolic link")
+    check(not os.path.exists(os.path.join(env.T, "x.dat")), "a pool create followed a symbolic link")
+    dev = os.path.join(env.state, "extra.dat")
     cp = ctl("pool", "create", "clio_bdev", dev, "bdev_type=file", "capacity=32MB", "growth_unit=8MB",
              "--restart")
     check(cp.returncode == 0 and f"created {dev} (clio_bdev, id 1000)" in _text(cp.stdout),
