@@ -175,8 +175,11 @@ Result<std::string> CheckMountPoint(const std::string& path) {
 // into the file for the message of a refused mount. A holder whose mount is already gone (an
 // unmount, then a mount again at once) is waited for a few seconds while it exits.
 static Result<int> TakeMountLock(const std::string& path, const std::string& mountpoint) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
-  if (fd < 0 && errno == EACCES) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && (errno == EACCES || errno == EPERM))
+    return Status(Code::kPermissionDenied, "mounting needs root or the runtime's user (you are uid " +
+                                               std::to_string(::geteuid()) + "; the mount lock " + path +
+                                               " is theirs alone: docs/security.md)");
   if (fd < 0) return Status::FromErrno(errno, "opening the runtime's mount lock " + path);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

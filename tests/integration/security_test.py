@@ -59,7 +59,7 @@ def open_for_attacker(env):
     bindir = os.path.join(env.T, "bin")
     os.makedirs(bindir, exist_ok=True)
     os.chmod(bindir, 0o755)
-    for b in (env.clioctl,):
+    for b in (env.clioctl, env.clio_fuse):
         shutil.copy2(b, bindir)
     os.chmod(env.conf, 0o644)
     return os.path.join(bindir, "clioctl")
@@ -115,9 +115,17 @@ def scenario_caller_classes(env):
     check(not os.path.exists(target), f"a refused pool create made {target}")
     cp = run_cmd([env.clioctl, "pool", "list"], env=env.env())
     check(cp.returncode == 0 and target not in cp.stdout, "root's pool list:\n" + describe(cp))
-    # The mount lock is the runtime's alone: a group member cannot lock every mount out.
+    # The mount lock is the runtime's alone: a group member cannot lock every mount out, and
+    # its clio-fuse says who may mount.
     lock = sock + ".mount"
     check(stat.S_IMODE(os.stat(lock).st_mode) == 0o600, f"mount lock mode {oct(os.stat(lock).st_mode)}")
+    mnt2 = os.path.join(env.T, "mnt2")
+    os.makedirs(mnt2)
+    os.chmod(mnt2, 0o777)
+    cp = as_attacker(env, [os.path.join(env.T, "bin", "clio-fuse"), mnt2], groups)
+    check(cp.returncode == 1 and "mounting needs root or the runtime's user" in cp.stderr
+          and f"uid {ATTACKER}" in cp.stderr, f"clio-fuse as uid {ATTACKER}: exit {cp.returncode}\n{cp.stderr}")
+    check(not is_mounted(mnt2), f"uid {ATTACKER} mounted {mnt2}")
     # Root still administers.
     cp = run_cmd([env.clioctl, "stat"], env=env.env())
     check(cp.returncode == 0, "clioctl stat as root:\n" + describe(cp))
