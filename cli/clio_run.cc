@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "daemon/config.h"
+#include "daemon/confine.h"
 #include "daemon/ipc.h"
 #include "daemon/service_notify.h"
 #include "daemon/runtime.h"
@@ -131,6 +132,7 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
   std::string pidfile = PidFile(cfg);
   const uint32_t node_id = cfg.node_id;
   Runtime rt(std::move(cfg));
+  ForbidConfinedPath(pidfile);  // beside the runtime's own files (daemon/confine.h)
   rt.RegisterModule("clio_bdev", MakeBdevModuleFactory());
   rt.RegisterModule("clio_safe_bdev", MakeSafeBdevModuleFactory());
   rt.RegisterModule("clio_cte_core", MakeCteModuleFactory(kv->get(), node_id));

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -34,16 +35,6 @@ std::string HomeDir() {
 constexpr size_t kMaxConfigNodes = 100000;
 constexpr size_t kMaxConfigDepth = 64;
 
-// 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z), or "localhost".
-bool IsLoopbackAddress(const std::string& a) {
-  if (a == "localhost") return true;
-  in_addr v4{};
-  if (::inet_pton(AF_INET, a.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  if (::inet_pton(AF_INET6, a.c_str(), &v6) != 1) return false;
-  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
-}
 
 Status Convert(const YAML::Node& n, const std::string& path, ConfigValue* out, const std::string& file,
                size_t* nodes, size_t depth = 0) {
@@ -120,7 +111,7 @@ Result<std::string> Expand(std::string_view s, const std::string& state_dir, con
         return ConfigError(where + ": environment variable ${" + var + "} is not set");
       }
       i = end;
-    } else if (s[i] == '~' && i == 0 && (s.size() == 1 || s[1] == '/')) {
+    } else if (s[i] == '~' && i == 0 && (s.size() == 1 || s[1] == '/') && vars == Vars::kEnvironment) {
       out += HomeDir();
     } else {
       out += s[i];
@@ -149,6 +140,15 @@ Status ExpandTree(ConfigValue* v, const std::string& state_dir, const std::strin
 }
 
 }  // namespace
+
+bool IsLoopbackAddress(const std::string& a) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, a.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, a.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
 
 Result<std::pair<uint32_t, uint32_t>> ParsePoolId(std::string_view s) {
   uint32_t major = 0, minor = 0;
@@ -524,6 +524,15 @@ void ShareWithClioGroup(const std::string& path) {
       CLIO_LOG_WARN("cannot give {} to group clio: {}", path, std::strerror(errno));
   }
   ::chmod(path.c_str(), 0660);  // whatever the umask
+}
+
+void MakeClientDir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) return;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return;  // the socket's bind or the lock's open says why
+  ::chmod(dir.c_str(), 0755);
 }
 
 Result<RuntimeConfig> LoadRuntimeConfigFile(const std::string& path) {

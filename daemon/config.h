@@ -87,6 +87,10 @@ Result<ComposeDocument> ParseComposeDocument(std::string_view yaml, const std::s
 std::string ComposeDocumentJson(const std::vector<const ConfigValue*>& entries);
 
 inline constexpr uint32_t kDefaultHttpPort = 8930;
+// 127.0.0.0/8, or ::1 (also as ::ffff:127.x.y.z): an address, as a server binds it. The TCP
+// transport and the HTTP actions, which carry no TLS, serve only such an address.
+bool IsLoopbackAddress(const std::string& address);
+
 // The longest runtime.socket_path: sockaddr_un's sun_path (108 bytes) less its NUL.
 inline constexpr size_t kMaxSocketPathLen = 107;
 
@@ -147,6 +151,10 @@ std::string_view DefaultConfigYaml();
 // mode 0660 whatever the umask: clients in that group may use it, others may not (DESIGN.md
 // security defaults). A failed chown is a warning.
 void ShareWithClioGroup(const std::string& path);
+// Makes the directory of a file the runtime shares with its clients (the socket, the mount
+// lock) when it is missing: mode 0755 whatever the umask (the runtime's is 077), so that
+// clients reach the file inside, whose own mode decides.
+void MakeClientDir(const std::string& dir);
 
 // Where /etc/clio/clio.yaml lives: the node's system-wide config (the package's conffile).
 inline constexpr const char* kSystemConfigFile = "/etc/clio/clio.yaml";

@@ -16,7 +16,8 @@ namespace clio {
 namespace {
 
 std::mutex g_mu;
-std::vector<std::string>* g_roots = new std::vector<std::string>();  // never freed: read at exit
+std::vector<std::string>* g_roots = new std::vector<std::string>();      // never freed: read at exit
+std::vector<std::string>* g_forbidden = new std::vector<std::string>();
 thread_local bool t_confined = false;
 
 std::string RootsText(const std::vector<std::string>& roots) {
@@ -31,15 +32,69 @@ Status Outside(const std::string& path, const std::string& why) {
                                              RootsText(ConfinementRoots()) + ")");
 }
 
-// The root `path` lies beneath and the rest of it, or an error.
+bool Beneath(const std::string& path, const std::string& dir) {
+  if (dir == "/") return path.size() > 1;
+  return path.size() > dir.size() + 1 && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
+}
+
+std::string Normal(const std::string& path) {
+  std::string n = std::filesystem::path(path).lexically_normal().string();
+  while (n.size() > 1 && n.back() == '/') n.pop_back();
+  return n;
+}
+
+// The root `path` lies beneath and the rest of it, or an error. Symbolic links are refused as
+// the path is opened, so its lexical form ('..' folded) is where it leads.
 Result<std::pair<std::string, std::string>> Split(const std::string& path) {
   if (path.empty() || path.front() != '/') return Outside(path, "is not an absolute path");
-  for (const std::string& root : ConfinementRoots()) {
-    if (path.size() > root.size() + 1 && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/')
-      return std::make_pair(root, path.substr(root.size() + 1));
+  const std::string n = Normal(path);
+  std::vector<std::string> forbidden;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    forbidden = *g_forbidden;
   }
+  for (const std::string& f : forbidden)
+    if (n == f || Beneath(n, f))
+      return Status(Code::kPermissionDenied, "'" + path + "' is the runtime's own (" + f + "): a client may not make "
+                                                 "the runtime create or open it");
+  for (const std::string& root : ConfinementRoots())
+    if (Beneath(n, root)) return std::make_pair(root, n.substr(root == "/" ? 1 : root.size() + 1));
   return Outside(path, "is outside them");
 }
+
+}  // namespace
+
+int OpenAtNoLinks(int dirfd, const std::string& rel, int flags, mode_t mode) {
+  int at = ::dup(dirfd);
+  if (at < 0) return -1;
+  size_t p = 0;
+  while (true) {
+    const size_t q = rel.find('/', p);
+    const bool last = q == std::string::npos;
+    const std::string part = rel.substr(p, last ? std::string::npos : q - p);
+    if (part == "..") {
+      ::close(at);
+      errno = EXDEV;
+      return -1;
+    }
+    int next;
+    do {
+      next = last ? ::openat(at, part.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode)
+                  : ::openat(at, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    } while (next < 0 && errno == EINTR);
+    const int err = errno;
+    ::close(at);
+    if (next < 0) {
+      errno = !last && err == ENOTDIR ? ELOOP : err;  // a link where a directory should be
+      return -1;
+    }
+    if (last) return next;
+    at = next;
+    p = q + 1;
+  }
+}
+
+namespace {
 
 int OpenAt2(int dirfd, const std::string& rel, int flags, mode_t mode) {
   open_how how{};
@@ -47,9 +102,11 @@ int OpenAt2(int dirfd, const std::string& rel, int flags, mode_t mode) {
   how.mode = (flags & O_CREAT) ? mode : 0;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   long fd;
+  // EAGAIN: a rename raced the resolution (RESOLVE_BENEATH); try again.
   do {
     fd = ::syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how);
-  } while (fd < 0 && errno == EINTR);
+  } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+  if (fd < 0 && (errno == ENOSYS || errno == EPERM)) return OpenAtNoLinks(dirfd, rel, flags, mode);
   return static_cast<int>(fd);
 }
 
@@ -60,11 +117,18 @@ Status ResolveError(const std::string& path, int err) {
 
 }  // namespace
 
-void SetConfinementRoots(std::vector<std::string> roots) {
-  for (std::string& r : roots)
-    while (r.size() > 1 && r.back() == '/') r.pop_back();
+void SetConfinementRoots(std::vector<std::string> roots, std::vector<std::string> forbidden) {
+  for (std::string& r : roots) r = Normal(r);
+  for (std::string& f : forbidden) f = Normal(f);
   std::lock_guard<std::mutex> l(g_mu);
   *g_roots = std::move(roots);
+  *g_forbidden = std::move(forbidden);
+}
+
+void ForbidConfinedPath(std::string path) {
+  path = Normal(path);
+  std::lock_guard<std::mutex> l(g_mu);
+  g_forbidden->push_back(std::move(path));
 }
 
 std::vector<std::string> ConfinementRoots() {
@@ -102,8 +166,7 @@ Status MakeDirsBeneath(const std::string& dir) {
     if (ec) return Status::FromErrno(ec.value(), "creating directory " + dir);
     return Status::Ok();
   }
-  std::string d = dir;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const std::string d = Normal(dir);
   for (const std::string& root : ConfinementRoots())
     if (d == root) return Status::Ok();
   CLIO_ASSIGN_OR_RETURN(auto split, Split(d));

@@ -49,6 +49,39 @@ TEST_CASE("a confined open or mkdir stays beneath the roots: no '..', no symboli
     auto why = OpenBeneath(other + "/b.dat", O_RDWR | O_CREAT, 0600);
     CHECK(why.status().message().find(root) != std::string::npos);  // names the allowed directory
   }
+  // The runtime's own files beneath a root are refused, however the path spells them.
+  SetConfinementRoots({root}, {root + "/metadata", root + "/token"});
+  std::filesystem::create_directories(root + "/metadata");
+  {
+    ScopedConfinement confine(true);
+    for (const std::string& own : {root + "/metadata/CURRENT", root + "/token", root + "/d/../metadata/x",
+                                   root + "//token"}) {
+      CAPTURE(own);
+      auto fd = OpenBeneath(own, O_RDWR | O_CREAT, 0600);
+      REQUIRE_FALSE(fd.ok());
+      CHECK(fd.status().message().find("is the runtime's own") != std::string::npos);
+    }
+    CHECK_FALSE(std::filesystem::exists(root + "/metadata/CURRENT"));
+    CHECK(open_ok(OpenBeneath(root + "/tokens.dat", O_RDWR | O_CREAT, 0600)));  // a prefix is not the file
+  }
+  // The fallback without openat2: the same refusals, one component at a time.
+  {
+    const int rootfd = ::open(root.c_str(), O_PATH | O_DIRECTORY);
+    REQUIRE(rootfd >= 0);
+    int fd = OpenAtNoLinks(rootfd, "d/e/f/h.dat", O_RDWR | O_CREAT, 0600);
+    CHECK(fd >= 0);
+    if (fd >= 0) ::close(fd);
+    CHECK(OpenAtNoLinks(rootfd, "link/x.dat", O_RDWR | O_CREAT, 0600) < 0);
+    CHECK(errno == ELOOP);
+    CHECK(OpenAtNoLinks(rootfd, "d/../../other/y.dat", O_RDWR | O_CREAT, 0600) < 0);
+    CHECK(errno == EXDEV);
+    std::filesystem::create_symlink(other + "/z.dat", root + "/zlink");
+    CHECK(OpenAtNoLinks(rootfd, "zlink", O_RDWR | O_CREAT, 0600) < 0);  // the last component a link
+    ::close(rootfd);
+    CHECK_FALSE(std::filesystem::exists(other + "/x.dat"));
+    CHECK_FALSE(std::filesystem::exists(other + "/y.dat"));
+    CHECK_FALSE(std::filesystem::exists(other + "/z.dat"));
+  }
   // Outside a confinement (the operator's config at start), paths are the operator's.
   CHECK_FALSE(Confined());
   CHECK(open_ok(OpenBeneath(other + "/free.dat", O_RDWR | O_CREAT, 0600)));

@@ -10,6 +10,7 @@
 #include <Poco/Net/ServerSocket.h>
 #include <Poco/ThreadPool.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -50,14 +51,40 @@ struct Routes {
   Pages pages;
   std::vector<ActionRoute> actions;  // fixed once the server starts
   std::string token;
-  std::string address;  // the bind address (Start)
+  std::string address;              // the bind address (Start)
+  std::vector<std::string> names;   // the machine's names, lower case: short, as set, canonical
 };
+
+std::string Lower(std::string_view s) {
+  std::string out;
+  for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The names a client may call this machine by: its hostname, its short form and the canonical
+// name the resolver gives it (once, at start: no lookup per request).
+std::vector<std::string> MachineNames() {
+  std::vector<std::string> names;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || !*name) return names;
+  names.push_back(Lower(name));
+  addrinfo hints{};
+  hints.ai_flags = AI_CANONNAME;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &res) == 0) {
+    if (res && res->ai_canonname) names.push_back(Lower(res->ai_canonname));
+    ::freeaddrinfo(res);
+  }
+  for (size_t i = 0, n = names.size(); i < n; ++i) names.push_back(names[i].substr(0, names[i].find('.')));
+  return names;
+}
 
 // DNS rebinding: a page of evil.example whose name the attacker points at 127.0.0.1 makes the
 // victim's browser ask this server with `Host: evil.example`. A request is answered only when
 // its Host names this server: an IP address literal, localhost, the machine's name or the
 // bind address (a missing Host, HTTP/1.0, passes). Returns the host name, "" when allowed.
-std::string ForeignHost(const HTTPServerRequest& req, const std::string& address) {
+std::string ForeignHost(const HTTPServerRequest& req, const Routes& routes) {
+  const std::string& address = routes.address;
   if (!req.has("Host")) return {};
   std::string host = req.get("Host");
   if (!host.empty() && host.front() == '[') {
@@ -65,17 +92,12 @@ std::string ForeignHost(const HTTPServerRequest& req, const std::string& address
   } else if (const size_t colon = host.find(':'); colon != std::string::npos) {
     host.resize(colon);
   }
-  std::string lower;
-  for (char c : host) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.empty() || lower == "localhost" || lower == address) return {};
+  const std::string lower = Lower(host);
+  if (lower.empty() || lower == "localhost" || lower == Lower(address)) return {};
   unsigned char buf[sizeof(in6_addr)];
   if (::inet_pton(AF_INET, lower.c_str(), buf) == 1 || ::inet_pton(AF_INET6, lower.c_str(), buf) == 1) return {};
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) == 0) {
-    std::string me;
-    for (const char* c = name; *c; ++c) me += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
-    if (lower == me || lower == me.substr(0, me.find('.'))) return {};
-  }
+  for (const std::string& me : routes.names)
+    if (lower == me) return {};
   return host;
 }
 
@@ -87,7 +109,7 @@ class Handler : public Poco::Net::HTTPRequestHandler {
   void handleRequest(HTTPServerRequest& req, HTTPServerResponse& resp) override {
     const std::string& uri = req.getURI();
     const std::string path = uri.substr(0, uri.find('?'));
-    if (const std::string host = ForeignHost(req, routes_->address); !host.empty()) {
+    if (const std::string host = ForeignHost(req, *routes_); !host.empty()) {
       CLIO_LOG_WARN("HTTP {} {}: refused Host '{}' (not this runtime's name or address)", req.getMethod(), path, host);
       return Reply(resp, HTTPResponse::HTTP_FORBIDDEN, "text/plain",
                    "Host '" + host + "' is not this runtime's (ask by its address, localhost or the machine's name)\n");
@@ -176,7 +198,7 @@ class Factory : public Poco::Net::HTTPRequestHandlerFactory {
 }  // namespace
 
 struct HttpServer::Impl {
-  Routes routes{{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}}, {}, {}, {}};
+  Routes routes{{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}}, {}, {}, {}, {}};
   Poco::ThreadPool threads{1, 4};
   std::unique_ptr<Poco::Net::HTTPServer> server;
   uint32_t port = 0;
@@ -204,6 +226,7 @@ Status HttpServer::Start(const std::string& address, uint32_t port) {
     socket.bind(sa, /*reuseAddress=*/true, /*reusePort=*/false);
     socket.listen(64);
     impl_->routes.address = address;
+    impl_->routes.names = MachineNames();
     auto* params = new Poco::Net::HTTPServerParams();
     params->setMaxThreads(4);
     params->setMaxQueued(64);

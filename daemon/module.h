@@ -31,7 +31,8 @@
 namespace clio {
 
 // 2: Pool::IsAsync/HandleAsync, PoolRegistry::Submit.
-inline constexpr uint32_t kModuleAbiVersion = 2;
+// 3: Pool::MethodName; RequestContext::peer (the caller's credentials, daemon/caller.h).
+inline constexpr uint32_t kModuleAbiVersion = 3;
 
 // What the runtime and a module must agree on, byte for byte.
 struct ModuleLayout {

@@ -1,7 +1,6 @@
 #include "daemon/runtime.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/socket.h>
 #include <grp.h>
 #include <sys/stat.h>
@@ -113,11 +112,13 @@ Result<std::string> EnsureToken(const std::string& path) {
                          ", not the runtime's user (uid " + std::to_string(::geteuid()) +
                          "); remove it and the runtime makes a new token");
     if (st.st_mode & 077) {
+      // Older releases told operators to let TCP clients read it: set it right, and say that
+      // whoever could read it may hold the node's key.
       char mode[8];
       std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
-      return ConfigError(path + " (runtime.token_file) has mode " + mode +
-                         ": other users may read the node's token; `chmod 600 " + path +
-                         "`, or remove it and the runtime makes a new one");
+      if (::chmod(path.c_str(), 0600) != 0) return Status::FromErrno(errno, "chmod 600 " + path);
+      CLIO_LOG_WARN("{} (runtime.token_file) had mode {}: set to 0600. Users who could read it may hold the node's "
+                    "token: remove the file and restart to make a new one", path, mode);
     }
     auto read = ReadTokenFile(path);
     if (!read.ok() && read.status().code() != Code::kInvalidArgument) return read.status();  // unreadable
@@ -148,7 +149,11 @@ Runtime::Runtime(RuntimeConfig config)
                       std::chrono::steady_clock::now().time_since_epoch()).count()) {
   std::vector<std::string> roots = {config_.state_dir};
   roots.insert(roots.end(), config_.allowed_paths.begin(), config_.allowed_paths.end());
-  SetConfinementRoots(std::move(roots));
+  // The runtime's own files, which a client's pool must not open (an alloc log written over the
+  // metadata's CURRENT would lose the metadata).
+  const std::string log = PoolLogPath(config_);
+  SetConfinementRoots(std::move(roots), {config_.metadata_path, config_.token_file, config_.token_file + ".tmp", log,
+                                         log + ".tmp", config_.socket_path, config_.socket_path + ".mount"});
 }
 
 Runtime::~Runtime() = default;
@@ -168,8 +173,13 @@ Status PrepareStateDir(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno(errno, "state directory " + dir);
   if (st.st_uid != ::geteuid()) {
-    CLIO_LOG_WARN("state directory {} belongs to uid {}, not the runtime's (uid {}): its mode is left as it is",
-                  dir, st.st_uid, ::geteuid());
+    // Its owner could write the pool log, which the next start replays unconfined.
+    if (st.st_uid != 0)
+      return Status(Code::kPermissionDenied, "state directory " + dir + " belongs to uid " + std::to_string(st.st_uid) +
+                                                 ", not the runtime's user (uid " + std::to_string(::geteuid()) +
+                                                 ") or root: set runtime.state_dir to a directory of the runtime's own");
+    CLIO_LOG_WARN("state directory {} belongs to root, not the runtime's user (uid {}): its mode is left as it is", dir,
+                  ::geteuid());
     return Status::Ok();
   }
   const group* g = ::getgrnam("clio");
@@ -446,7 +456,14 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
     http_ = std::make_unique<HttpServer>();
     http_->Route("/api/v1/status", "application/json", [this] { return StatusJson(); });
     http_->Route("/", "text/html; charset=utf-8", [] { return std::string(kDashboardHtml); });
-    RouteHttpActions(*http_, so.token);
+    // The actions carry the token in a header: without TLS, only over loopback.
+    if (IsLoopbackAddress(config_.http_address)) {
+      RouteHttpActions(*http_, so.token);
+    } else {
+      CLIO_LOG_WARN("HTTP on {} is not a loopback address: the actions that change the node (/api/v1/pools, "
+                    "/api/v1/stop) are off, since their token would cross the network in clear",
+                    config_.http_address);
+    }
     Status h = http_->Start(config_.http_address, config_.http_port);
     if (h.ok()) {
       const std::string base = "http://" + config_.http_address + ":" + std::to_string(http_->port());

@@ -28,8 +28,8 @@ std::string PoolLogPath(const RuntimeConfig& config);
 // Before the runtime makes anything: the process's umask becomes 077 (metadata, pid file, tier
 // files and the token are the runtime's alone; the socket and the mount lock set their modes
 // themselves), and the state directory is made, or set, 0700 — 0750 with group clio when that
-// group exists, so that its members reach a socket inside it. A directory of another user is
-// left as it is (with a warning).
+// group exists, so that its members reach a socket inside it. A directory of root is left as it
+// is (with a warning); one of another user is refused (its owner could write the pool log).
 Status PrepareStateDir(const std::string& dir);
 
 class Runtime : public PoolRegistry {

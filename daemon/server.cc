@@ -159,8 +159,7 @@ class Server::Impl {
 
   Status Listen() {
     const std::string& path = options_.socket_path;
-    std::error_code fec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), fec);
+    MakeClientDir(std::filesystem::path(path).parent_path().string());
     // A socket file that answers belongs to a live runtime; one that does not is stale.
     if (access(path.c_str(), F_OK) == 0) {
       RuntimeClient::Options o;

@@ -10,13 +10,13 @@
 #include <system_error>
 
 #include "common/log.h"
+#include "daemon/config.h"
 
 namespace clio {
 
 void MakeMountLock(const std::string& path) {
   // The pool is composed before the server listens: the socket's folder may not exist yet.
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  MakeClientDir(std::filesystem::path(path).parent_path().string());
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     CLIO_LOG_WARN("cannot make the mount lock {}: {} (mounts by users other than root may fail)", path,

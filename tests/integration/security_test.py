@@ -18,7 +18,8 @@ Scenarios:
   the token.
 - frame_budget: frames that announce 64 MiB and send 2 MiB cost the runtime what was sent.
 - state_modes: the state directory 0700 (0750 with group clio) and its files 0600, a too-long
-  socket_path refused before anything is made, a token file others may read refused.
+  socket_path refused before anything is made, a token file others may read set back to 0600,
+  a token file or a state directory of another user refused.
 """
 
 import argparse
@@ -291,8 +292,9 @@ def scenario_frame_budget(env):
 
 def scenario_state_modes(env):
     """The state directory is the runtime's (0700, or 0750 with group clio), what it makes there
-    is the runtime's alone, a too-long socket_path is a usage error that makes nothing, and a
-    token file others may read stops the start, naming the file and the fix."""
+    is the runtime's alone, a too-long socket_path is a usage error that makes nothing, a token
+    file others may read is set back to 0600 with a warning, and a token file or state directory
+    of another user stops the start."""
     env.check_binaries(env.clio_run, env.clioctl)
     # A socket path longer than a sockaddr_un holds: exit 2 naming the key, nothing made.
     long_sock = os.path.join(env.T, "s" * 120)
@@ -328,12 +330,28 @@ def scenario_state_modes(env):
     check(not loose, "files of the state directory others may read:\n" + "\n".join(loose))
     env.stop_runtime()
 
+    # A token others could read (an older release's advice for TCP clients) is set back to 0600,
+    # with a warning that says what to do; one of another user stops the start.
     token = os.path.join(env.state, "token")
     os.chmod(token, 0o644)
+    env.start_runtime()
+    mode = stat.S_IMODE(os.stat(token).st_mode)
+    check(mode == 0o600, f"the token file is {oct(mode)} after the start, not 0600")
+    with open(env.logs("clio_run") + ".stderr") as f:
+        check("had mode 0644: set to 0600" in f.read(), "no warning about the token's mode")
+    env.stop_runtime()
+    os.chown(token, ATTACKER, ATTACKER)
     cp = run_cmd([env.clio_run, "start"], env=env.env(), keep_as=env.logs("clio_run"))
-    check(cp.returncode != 0, "the runtime started with a token file others may read\n" + describe(cp))
-    check(token in cp.stderr and "chmod 600" in cp.stderr, "the refusal does not name the token and the fix:\n" + describe(cp))
-    os.chmod(token, 0o600)
+    check(cp.returncode != 0, "the runtime started with a token file of another user\n" + describe(cp))
+    check(token in cp.stderr and f"belongs to uid {ATTACKER}" in cp.stderr,
+          "the refusal does not name the token and its owner:\n" + describe(cp))
+    os.chown(token, 0, 0)
+    # A state directory of another user is refused: its owner could write the pool log.
+    os.chown(env.state, ATTACKER, ATTACKER)
+    cp = run_cmd([env.clio_run, "start"], env=env.env(), keep_as=env.logs("clio_run"))
+    check(cp.returncode != 0 and f"belongs to uid {ATTACKER}" in cp.stderr,
+          "the runtime started in a state directory of another user\n" + describe(cp))
+    os.chown(env.state, 0, 0)
     env.start_runtime()
     env.stop_runtime()
 
@@ -354,8 +372,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     if os.geteuid() != 0:
-        print("security_test: needs root (it becomes uid 65534)", file=sys.stderr)
-        return 2
+        print("security_test: SKIPPED: needs root (it becomes uid 65534)", file=sys.stderr)
+        return 77
     passed = failed = 0
     for name in ([args.only] if args.only else list(SCENARIOS)):
         env = Env(args.build_dir, name, keep=args.keep)
