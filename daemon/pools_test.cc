@@ -387,6 +387,14 @@ TEST_CASE("compose documents: a compose list, a bare list or one entry; restart 
   CHECK_MESSAGE(secret.status().message().find("c.yaml:2: pool_name: ${CLIO_TEST_SECRET} is not expanded") !=
                     std::string::npos, secret.status().ToString());
   CHECK(secret.status().message().find("s3cr3t") == std::string::npos);
+  // Nor ~ (the runtime's home): a name that expands to "~/..." reads back the same from the pool
+  // log (found by fuzz_config: the log's copy came back as the runtime's home).
+  auto tilde = ParseComposeDocument("mod_name: m\npool_name: \"~${CLIO_STATE_DIR}/x\"\npool_id: 5\n", "t.yaml", "/s");
+  REQUIRE(tilde.ok());
+  CHECK(tilde->entries[0].pool_name == "~/s/x");
+  auto back = ParseComposeDocument(ComposeDocumentJson({tilde->entries[0].node}), "pools.json", "/s");
+  REQUIRE(back.ok());
+  CHECK(back->entries[0].pool_name == "~/s/x");
   // The log's JSON reads back as the same document.
   auto again = ParseComposeDocument(ComposeDocumentJson({one->entries[0].node}), "j.json", "/other");
   REQUIRE(again.ok());
