@@ -242,53 +242,6 @@ TEST_CASE("CLIO_IPC_MODE picks the transport; a bad value and TCP without a port
   CHECK_MESSAGE(tcp.status().message().find("tcp_port") != std::string::npos, tcp.status().ToString());
 }
 
-TEST_CASE("TCP: a wrong token or a request before the hello closes the connection") {
-  const uint32_t port = FreePort();
-  Node n("  tcp_port: " + std::to_string(port) + "\n");
-  const std::string token_file = n.rt->config().token_file;
-  struct stat st{};
-  REQUIRE(stat(token_file.c_str(), &st) == 0);
-  CHECK((st.st_mode & 0777) == 0600);
-  RuntimeClient::Options o = n.Options(IpcMode::kTcp);
-  o.token_file = n.dir + "/wrong.token";
-  std::ofstream(o.token_file) << "not-the-token-at-all-0123456789\n";
-  auto wrong = RuntimeClient::Connect(o);
-  CHECK(wrong.status().code() == Code::kPermissionDenied);
-  CHECK_MESSAGE(wrong.status().message().find("wrong token") != std::string::npos, wrong.status().ToString());
-  o.token_file = n.dir + "/missing.token";
-  CHECK(RuntimeClient::Connect(o).status().code() == Code::kPermissionDenied);
-
-  // A raw TCP client that skips the hello is answered PermissionDenied and closed.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  RequestHeader h;
-  h.pool = 7;
-  h.method = 1;
-  REQUIRE(::send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
-  ResponseHeader r;
-  REQUIRE(::recv(fd, &r, sizeof r, MSG_WAITALL) == sizeof r);
-  CHECK(r.code == static_cast<uint16_t>(Code::kPermissionDenied));
-  std::string body(r.payload_len, '\0');
-  REQUIRE(::recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
-  char b;
-  CHECK(::recv(fd, &b, 1, 0) == 0);  // closed
-  ::close(fd);
-  // Before its hello, a peer may not send a large frame: the connection closes unanswered.
-  fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  RequestHeader big;
-  big.method = static_cast<uint32_t>(AdminMethod::kHello);
-  big.payload_len = 1u << 20;
-  REQUIRE(::send(fd, &big, sizeof big, MSG_NOSIGNAL) == sizeof big);
-  CHECK(::recv(fd, &b, 1, 0) == 0);
-  ::close(fd);
-  CHECK(*n.Client(IpcMode::kTcp)->Call(7, 1, "ok") == "ok");
-}
-
 namespace {
 
 int ConnectLoopback(uint32_t port) {
@@ -316,6 +269,48 @@ std::pair<Code, std::string> RawCall(int fd, AdminMethod m, const std::string& p
 }
 
 }  // namespace
+
+TEST_CASE("TCP: a wrong token or a request before the hello closes the connection") {
+  const uint32_t port = FreePort();
+  Node n("  tcp_port: " + std::to_string(port) + "\n");
+  const std::string token_file = n.rt->config().token_file;
+  struct stat st{};
+  REQUIRE(stat(token_file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  RuntimeClient::Options o = n.Options(IpcMode::kTcp);
+  o.token_file = n.dir + "/wrong.token";
+  std::ofstream(o.token_file) << "not-the-token-at-all-0123456789\n";
+  auto wrong = RuntimeClient::Connect(o);
+  CHECK(wrong.status().code() == Code::kPermissionDenied);
+  CHECK_MESSAGE(wrong.status().message().find("wrong token") != std::string::npos, wrong.status().ToString());
+  o.token_file = n.dir + "/missing.token";
+  CHECK(RuntimeClient::Connect(o).status().code() == Code::kPermissionDenied);
+
+  // A raw TCP client that skips the hello is answered PermissionDenied and closed.
+  int fd = ConnectLoopback(port);
+  RequestHeader h;
+  h.pool = 7;
+  h.method = 1;
+  REQUIRE(::send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
+  ResponseHeader r;
+  REQUIRE(::recv(fd, &r, sizeof r, MSG_WAITALL) == sizeof r);
+  CHECK(r.code == static_cast<uint16_t>(Code::kPermissionDenied));
+  std::string body(r.payload_len, '\0');
+  REQUIRE(::recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  char b;
+  CHECK(::recv(fd, &b, 1, 0) == 0);  // closed
+  ::close(fd);
+  // Before its hello, a peer may not send a large frame: the connection closes unanswered.
+  fd = ConnectLoopback(port);
+  RequestHeader big;
+  big.method = static_cast<uint32_t>(AdminMethod::kHello);
+  big.payload_len = 1u << 20;
+  REQUIRE(::send(fd, &big, sizeof big, MSG_NOSIGNAL) == sizeof big);
+  CHECK(::recv(fd, &b, 1, 0) == 0);
+  ::close(fd);
+  CHECK(*n.Client(IpcMode::kTcp)->Call(7, 1, "ok") == "ok");
+}
+
 
 TEST_CASE("TCP handshake: the runtime proves the token first, the token never crosses, a wrong proof closes") {
   const uint32_t port = FreePort();

@@ -18,33 +18,13 @@
 #include "placement/cte_pool.h"
 #include "placement/cte_protocol.h"
 #include "storage/kv.h"
+#include "tests/fuzz/fuzz_world.h"
 
 namespace {
 
-struct World {
-  std::string dir;
-  std::unique_ptr<clio::KvStore> kv;
+struct World : clio::fuzz::CteWorld {
   std::unique_ptr<clio::CtePool> pool;
-  World() {
-    char tmpl[] = "/tmp/clio_fuzz_cte_XXXXXX";
-    dir = mkdtemp(tmpl);
-    clio::KvOptions ko;
-    ko.path = dir + "/md";
-    kv = std::move(clio::OpenRocksDbKv(ko)).value();
-    clio::CteConfig c;
-    clio::TierConfig ram;
-    ram.bdev.name = "ram::fuzz_cte_" + std::to_string(getpid());
-    ram.bdev.type = clio::BdevType::kRam;
-    ram.bdev.capacity = 8u << 20;
-    ram.score = 1;
-    clio::TierConfig file;
-    file.bdev.name = dir + "/tier.dat";
-    file.bdev.capacity = 32u << 20;
-    file.bdev.growth_unit = 4u << 20;
-    file.score = 0.2;
-    c.tiers = {ram, file};
-    pool = std::make_unique<clio::CtePool>(std::move(clio::Cte::Open(c, kv.get())).value(), kv.get(), 0);
-  }
+  World() : CteWorld("cte") { pool = std::make_unique<clio::CtePool>(std::move(cte), kv.get(), 0); }
 };
 
 World& TheWorld() {

@@ -15,33 +15,13 @@
 #include "fs/protocol/fs_protocol.h"
 #include "placement/cte.h"
 #include "storage/kv.h"
+#include "tests/fuzz/fuzz_world.h"
 
 namespace {
 
-struct World {
-  std::string dir;
-  std::unique_ptr<clio::KvStore> kv;
-  std::unique_ptr<clio::Cte> cte;
+struct World : clio::fuzz::CteWorld {
   std::unique_ptr<clio::FsPool> pool;
-  World() {
-    char tmpl[] = "/tmp/clio_fuzz_XXXXXX";
-    dir = mkdtemp(tmpl);
-    clio::KvOptions ko;
-    ko.path = dir + "/md";
-    kv = std::move(clio::OpenRocksDbKv(ko)).value();
-    clio::CteConfig c;
-    clio::TierConfig ram;
-    ram.bdev.name = "ram::fuzz_" + std::to_string(getpid());
-    ram.bdev.type = clio::BdevType::kRam;
-    ram.bdev.capacity = 8u << 20;
-    ram.score = 1;
-    clio::TierConfig file;
-    file.bdev.name = dir + "/tier.dat";
-    file.bdev.capacity = 32u << 20;
-    file.bdev.growth_unit = 4u << 20;
-    file.score = 0.2;
-    c.tiers = {ram, file};
-    cte = std::move(clio::Cte::Open(c, kv.get())).value();
+  World() : CteWorld("fs") {
     auto ns = std::move(clio::Namespace::Open(kv.get(), cte.get(), {.chunk_size = 1u << 20, .orphan_reclaim_s = 0})).value();
     pool = std::make_unique<clio::FsPool>(std::move(ns), kv.get());
   }
