@@ -53,9 +53,12 @@ std::string Decoded(const std::string& s) {
 // An HTTP action runs as a client with the node's token: the administrator, whose creations
 // are confined like a socket client's (daemon/confine.h).
 static ScopedRequest AsTokenClient() {
-  auto peer = std::make_shared<Peer>();
-  peer->granted = CallerClass::kAdmin;
-  return ScopedRequest(RequestContext{0, 0, false, std::move(peer)});
+  static const Peer* const kTokenClient = [] {
+    auto* p = new Peer();  // lives as long as the process
+    p->granted = CallerClass::kAdmin;
+    return p;
+  }();
+  return ScopedRequest(RequestContext{0, 0, false, kTokenClient});
 }
 
 void Runtime::RouteHttpActions(HttpServer& http, std::string token) {

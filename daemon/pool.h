@@ -85,8 +85,12 @@ struct RequestContext {
   uint64_t request_id = 0;
   bool resent = false;
   // Who sent it, as the kernel (or the TCP token) vouched at connect; null: an in-process
-  // caller (the HTTP API behind its token, a pool's own subtask), which may call anything.
-  std::shared_ptr<const Peer> peer;
+  // caller (a pool's own subtask, the runtime itself), which may call anything. The connection
+  // owns it and outlives the request's dispatch; read it only while the request is dispatched
+  // (not from an async continuation). A plain pointer keeps this struct trivially copyable:
+  // g++ 12 destroys non-trivial captures of lambdas built in a co_await expression twice (the
+  // release build corrupted its heap with a shared_ptr here).
+  const Peer* peer = nullptr;
 };
 inline thread_local RequestContext t_current_request;
 inline const RequestContext& CurrentRequest() { return t_current_request; }

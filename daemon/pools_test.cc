@@ -427,7 +427,7 @@ TEST_CASE("Dispatch runs a method only for a peer granted its caller class, and 
     auto peer = std::make_shared<Peer>();
     peer->uid = 4242;
     peer->granted = granted;
-    ScopedRequest scope({1, 1, false, peer});
+    ScopedRequest scope({1, 1, false, peer.get()});
     return n.rt->Dispatch(pool, method, pool == 0 ? "" : "x", PoolQuery{});
   };
   // The test pool declares no class: its methods are the admin's.

@@ -707,7 +707,7 @@ void Runtime::DispatchAsync(uint32_t pool, uint32_t method, std::string payload,
 }
 
 Status Runtime::Authorize(const Pool* pool, uint32_t method) const {
-  const Peer* peer = CurrentRequest().peer.get();
+  const Peer* peer = CurrentRequest().peer;
   if (!peer) return Status::Ok();
   const CallerClass needs = pool ? pool->CallerOf(method) : AdminCallerOf(method);
   if (peer->May(needs)) return Status::Ok();

@@ -275,7 +275,7 @@ Status MayReadFile(const Peer& peer, const InodeAttr& a) {
 }  // namespace
 
 Result<fsproto::Raw> FsPool::Run(const fsproto::Locate& r) {
-  if (const Peer* peer = CurrentRequest().peer.get()) {
+  if (const Peer* peer = CurrentRequest().peer) {
     CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->GetAttr(r.ino));
     CLIO_RETURN_IF_ERROR(MayReadFile(*peer, a));
   }

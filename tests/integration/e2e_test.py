@@ -1308,6 +1308,12 @@ def scenario_tier_ops(env):
           "tier add with a bad size is a usage error naming the key\n" + describe(cp))
     cp = ctl("tier", "add", os.path.join(env.T, "bad.dat"), "capacity_limit")
     check(cp.returncode == 2 and "KEY=VALUE" in _text(cp.stderr), "tier add without KEY=VALUE\n" + describe(cp))
+    # A tier a client adds makes its file beneath the state directory (or runtime.allowed_paths).
+    outside = os.path.join(env.T, "outside.dat")
+    cp = ctl("tier", "add", outside, "bdev_type=file", "capacity_limit=64MB", "score=0.3")
+    check(cp.returncode == 1 and "is outside them" in _text(cp.stderr) and not os.path.exists(outside),
+          "tier add of a file outside the state directory\n" + describe(cp))
+    check(not any(t["name"].startswith(outside) for t in env.tier_stat()), "the refused tier is listed")
     cp = ctl("tier", "rm", "nope")
     check(cp.returncode == 1 and "no tier 'nope'" in _text(cp.stderr), "rm of an unknown tier\n" + describe(cp))
     cp = ctl("tier", "rm", disk["name"])
