@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <vector>
 
 #include "common/codec.h"
+#include "common/log.h"
 #include "common/size.h"
 #include "common/status.h"
 #include "common/mounts.h"
@@ -35,6 +37,14 @@ TEST_CASE("ParseSize rejects bad input with the input quoted") {
     CHECK(r.status().code() == Code::kInvalidArgument);
     CHECK(r.status().message().find(std::string("'") + bad + "'") != std::string::npos);
   }
+}
+
+TEST_CASE("LogThisOne logs the 1st, 10th, 100th... event") {
+  std::vector<uint64_t> logged;
+  for (uint64_t n = 1; n <= 2000; ++n)
+    if (LogThisOne(n)) logged.push_back(n);
+  CHECK(logged == std::vector<uint64_t>{1, 10, 100, 1000});
+  CHECK_FALSE(LogThisOne(0));
 }
 
 TEST_CASE("FormatSize") {

@@ -481,6 +481,9 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   if (shm_bytes < 4096 || shm_bytes > (64u << 20))
     return rt.Error("shm_channel_size", "must be between 4KiB and 64MiB");
   cfg.shm_channel_bytes = static_cast<uint32_t>(shm_bytes);
+  CLIO_ASSIGN_OR_RETURN(cfg.max_inflight_bytes, rt.Size("max_inflight", kDefaultMaxInflightBytes));
+  if (cfg.max_inflight_bytes < kMaxPayload || cfg.max_inflight_bytes > (uint64_t{1} << 40))
+    return rt.Error("max_inflight", "must be between 64MiB (one frame) and 1TiB");
   CLIO_ASSIGN_OR_RETURN(uint64_t grace, rt.UInt("client_reap_grace_s", 5));
   if (grace > 86400) return rt.Error("client_reap_grace_s", "must be between 0 and 86400 seconds");
   cfg.client_reap_grace_s = static_cast<uint32_t>(grace);

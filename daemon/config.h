@@ -116,6 +116,9 @@ struct RuntimeConfig {
   std::string token_file;
   // Data bytes of one shared-memory channel (runtime.shm_channel_size, 4 KiB..64 MiB).
   uint32_t shm_channel_bytes = kDefaultShmChannelBytes;
+  // Payload bytes read and run at once over every connection (runtime.max_inflight, 64 MiB..
+  // 1 TiB): past it, frames wait unread. daemon/server.h.
+  uint64_t max_inflight_bytes = kDefaultMaxInflightBytes;
   // A connection whose client process has exited (its socket kept open by a child it forked)
   // is closed and its channel unmapped after this many seconds (runtime.client_reap_grace_s).
   uint32_t client_reap_grace_s = 5;

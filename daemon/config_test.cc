@@ -20,6 +20,7 @@ TEST_CASE("the built-in default config parses and composes CTE and filesystem") 
   CHECK(c->commit_interval_ms == 2000);
   CHECK(c->http_address == "127.0.0.1");  // loopback only unless configured
   CHECK(c->http_port == kDefaultHttpPort);
+  CHECK(c->max_inflight_bytes == kDefaultMaxInflightBytes);  // etc/clio.yaml says 1GiB
 }
 
 TEST_CASE("state_dir and environment variables expand") {
@@ -51,6 +52,8 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  shm_channel_size: 1k\n", "t.yaml:2: runtime.shm_channel_size: must be between 4KiB and 64MiB"},
       {"runtime:\n  shm_channel_size: 1GB\n", "t.yaml:2: runtime.shm_channel_size: must be between"},
       {"runtime:\n  shm_channel_size: lots\n", "t.yaml:2: runtime.shm_channel_size"},
+      {"runtime:\n  max_inflight: 1MiB\n", "t.yaml:2: runtime.max_inflight: must be between 64MiB (one frame) and 1TiB"},
+      {"runtime:\n  max_inflight: 2TiB\n", "t.yaml:2: runtime.max_inflight: must be between"},
       {"runtime:\n  client_reap_grace_s: 100000\n", "t.yaml:2: runtime.client_reap_grace_s: must be between 0 and 86400"},
       {"runtime:\n  slow_task_us: 0\n", "t.yaml:2: runtime.slow_task_us: must be between 1 and 60000000"},
       {"runtime:\n  stuck_task_ms: 0\n", "t.yaml:2: runtime.stuck_task_ms: must be between 1 and 3600000"},

@@ -10,4 +10,11 @@ namespace clio {
 // the runtime grants at most its configured size). A 1 MiB FUSE write with its arguments fits.
 inline constexpr uint32_t kDefaultShmChannelBytes = 2u << 20;
 
+// The most payload one frame carries (daemon/ipc.h): a bigger one closes its connection.
+inline constexpr uint32_t kMaxPayload = 64u << 20;
+
+// Payload bytes the runtime reads and runs at once, over all its connections
+// (runtime.max_inflight): past it, frames wait unread and their clients block in send.
+inline constexpr uint64_t kDefaultMaxInflightBytes = uint64_t{1} << 30;
+
 }  // namespace clio

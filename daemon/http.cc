@@ -2,7 +2,10 @@
 
 #include <Poco/Net/HTTPRequestHandler.h>
 #include <Poco/Net/HTTPRequestHandlerFactory.h>
-#include <Poco/Net/HTTPServer.h>
+#include <Poco/Net/HTTPServerConnection.h>
+#include <Poco/Net/TCPServer.h>
+#include <Poco/Net/TCPServerConnection.h>
+#include <Poco/Net/TCPServerConnectionFactory.h>
 #include <Poco/Net/HTTPServerParams.h>
 #include <Poco/Net/HTTPServerRequest.h>
 #include <Poco/Net/HTTPServerResponse.h>
@@ -13,13 +16,16 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "daemon/tcp_owner.h"
 #include "daemon/token.h"
 
 namespace clio {
@@ -190,17 +196,102 @@ class Factory : public Poco::Net::HTTPRequestHandlerFactory {
   Poco::Net::HTTPRequestHandler* createRequestHandler(const HTTPServerRequest&) override {
     return new Handler(routes_);
   }
+  // What HTTPServer::stopAll(true) does: every connection aborts its current request.
+  void AbortAll(const void* server) { serverStopped(server, true); }
 
  private:
   const Routes* const routes_;
+};
+
+// The server's threads are few, and a client that sends its request a byte at a time holds
+// one for as long as it likes (Poco's timeouts are per read). So one client (the local uid
+// that owns the connecting socket, or its address when it is not on this machine) holds at
+// most kMaxPerClient of them at once; its next connection is closed unanswered.
+constexpr int kHttpThreads = 16;
+constexpr int kMaxPerClient = 4;
+
+class Admission {
+ public:
+  bool Enter(const std::string& who) {
+    std::lock_guard<std::mutex> l(mu_);
+    int& n = held_[who];
+    if (n >= kMaxPerClient) return false;
+    ++n;
+    return true;
+  }
+  uint64_t Refused() { return ++refused_; }
+  void Leave(const std::string& who) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = held_.find(who);
+    if (it != held_.end() && --it->second <= 0) held_.erase(it);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, int> held_;
+  std::atomic<uint64_t> refused_{0};
+};
+
+std::string ClientOf(const Poco::Net::StreamSocket& s) {
+  const Poco::Net::SocketAddress peer = s.peerAddress(), local = s.address();
+  const uint32_t uid = LocalTcpOwner(peer.addr(), local.addr());
+  return uid == kUnknownOwner ? "address " + peer.host().toString() : "uid " + std::to_string(uid);
+}
+
+class Connection : public Poco::Net::TCPServerConnection {
+ public:
+  Connection(const Poco::Net::StreamSocket& s, Poco::Net::HTTPServerParams::Ptr params,
+             Poco::Net::HTTPRequestHandlerFactory::Ptr handlers, Admission* admission)
+      : TCPServerConnection(s), params_(std::move(params)), handlers_(handlers), admission_(admission) {}
+  void run() override {
+    std::string who;
+    try {
+      who = ClientOf(socket());
+    } catch (const Poco::Exception&) {
+      return;  // gone already
+    }
+    if (!admission_->Enter(who)) {
+      if (const uint64_t n = admission_->Refused(); LogThisOne(n))
+        CLIO_LOG_WARN("HTTP: {} holds {} connections already; one more closed ({} so far)", who, kMaxPerClient, n);
+      return;
+    }
+    struct Left {
+      Admission* a;
+      const std::string& w;
+      ~Left() { a->Leave(w); }
+    } left{admission_, who};
+    Poco::Net::HTTPServerConnection(socket(), params_, handlers_).run();
+  }
+
+ private:
+  Poco::Net::HTTPServerParams::Ptr params_;
+  Poco::Net::HTTPRequestHandlerFactory::Ptr handlers_;
+  Admission* admission_;
+};
+
+class ConnectionFactory : public Poco::Net::TCPServerConnectionFactory {
+ public:
+  ConnectionFactory(Poco::Net::HTTPServerParams::Ptr params, Poco::Net::HTTPRequestHandlerFactory::Ptr handlers,
+                    Admission* admission)
+      : params_(std::move(params)), handlers_(handlers), admission_(admission) {}
+  Poco::Net::TCPServerConnection* createConnection(const Poco::Net::StreamSocket& s) override {
+    return new Connection(s, params_, handlers_, admission_);
+  }
+
+ private:
+  Poco::Net::HTTPServerParams::Ptr params_;
+  Poco::Net::HTTPRequestHandlerFactory::Ptr handlers_;
+  Admission* admission_;
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
   Routes routes{{{"/metrics", {"text/plain; version=0.0.4; charset=utf-8", [] { return metrics::Scrape(); }}}}, {}, {}, {}, {}};
-  Poco::ThreadPool threads{1, 4};
-  std::unique_ptr<Poco::Net::HTTPServer> server;
+  Poco::ThreadPool threads{1, kHttpThreads};
+  Admission admission;
+  Poco::Net::HTTPRequestHandlerFactory::Ptr handlers;  // a Factory
+  std::unique_ptr<Poco::Net::TCPServer> server;
   uint32_t port = 0;
 };
 
@@ -228,14 +319,18 @@ Status HttpServer::Start(const std::string& address, uint32_t port) {
     impl_->routes.address = address;
     impl_->routes.names = MachineNames();
     auto* params = new Poco::Net::HTTPServerParams();
-    params->setMaxThreads(4);
+    params->setMaxThreads(kHttpThreads);
     params->setMaxQueued(64);
     params->setKeepAlive(true);
     // A client that sends nothing holds a server thread only this long (Poco's default: 60 s;
     // an idle keep-alive connection, 10 s).
     params->setTimeout(Poco::Timespan(5, 0));
     params->setKeepAliveTimeout(Poco::Timespan(2, 0));
-    impl_->server = std::make_unique<Poco::Net::HTTPServer>(new Factory(&impl_->routes), impl_->threads, socket, params);
+    impl_->handlers = new Factory(&impl_->routes);
+    Poco::Net::HTTPServerParams::Ptr p(params);
+    impl_->server = std::make_unique<Poco::Net::TCPServer>(
+        new ConnectionFactory(p, impl_->handlers, &impl_->admission), impl_->threads,
+        socket, p);
     impl_->server->start();
     impl_->port = socket.address().port();
   } catch (const Poco::Net::InvalidAddressException& e) {
@@ -256,7 +351,8 @@ void HttpServer::Stop() {
   if (!impl_->server) return;
   // Aborts open connections too: a scraper's idle keep-alive connection would otherwise hold a
   // server thread, and so the runtime's stop, for up to the keep-alive timeout.
-  impl_->server->stopAll(/*abortCurrent=*/true);
+  impl_->server->stop();
+  static_cast<Factory*>(impl_->handlers.get())->AbortAll(impl_->server.get());
   impl_->threads.joinAll();
   impl_->server.reset();
   impl_->port = 0;

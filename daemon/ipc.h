@@ -30,7 +30,6 @@ inline constexpr uint32_t kIpcMagic = 0x4f494c43;  // "CLIO"
 // 3: attributes carry the stored byte count.
 // 4: shared-memory channels and TCP (OpenChannel, Hello), response flags, more runtime stats.
 inline constexpr uint16_t kIpcVersion = 4;
-inline constexpr uint32_t kMaxPayload = 64u << 20;
 
 struct RequestHeader {
   uint32_t magic = kIpcMagic;

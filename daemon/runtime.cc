@@ -429,6 +429,7 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
   so.tcp_address = config_.tcp_address;
   so.tcp_port = config_.tcp_port;
   so.shm_channel_bytes = config_.shm_channel_bytes;
+  so.max_inflight_bytes = config_.max_inflight_bytes;
   so.reap_grace_s = config_.client_reap_grace_s;
   so.slow_task_us = config_.slow_task_us;
   so.stuck_task_ms = config_.stuck_task_ms;
@@ -491,7 +492,14 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
         {"clio_runtime_malformed_frames_total", "Client connections closed for a malformed frame", {},
          static_cast<double>(server_ ? server_->stats().malformed_frames : 0)},
         {"clio_runtime_reaped_clients_total", "Connections closed because their client process had exited", {},
-         static_cast<double>(server_ ? server_->stats().reaped_clients : 0)}};
+         static_cast<double>(server_ ? server_->stats().reaped_clients : 0)},
+        {"clio_runtime_inflight_bytes", "Payload bytes of the frames being read or run now (runtime.max_inflight)", {},
+         static_cast<double>(server_ ? server_->stats().inflight_bytes : 0)},
+        {"clio_runtime_inflight_waits_total", "Frames that waited unread because runtime.max_inflight was reached", {},
+         static_cast<double>(server_ ? server_->stats().budget_waits : 0)},
+        {"clio_runtime_refused_connections_total",
+         "Connections closed at accept for a per-user or pre-handshake limit (docs/ipc.md, Limits)", {},
+         static_cast<double>(server_ ? server_->stats().refused_connections : 0)}};
   });
   server_->Run(on_ready);
   runtime_metrics = metrics::SamplerRegistration();

@@ -28,6 +28,7 @@
 #include "daemon/ipc.h"
 #include "daemon/pool.h"
 #include "daemon/shm_channel.h"
+#include "daemon/tcp_owner.h"
 #include "daemon/token.h"
 #include "daemon/workers.h"
 
@@ -55,6 +56,7 @@ struct Connection {
   // The client's end of the channel's eventfd, from OpenChannel until it is sent.
   int client_wake = -1;
   std::atomic<int> in_request{0};  // requests running now (the reaper closes only an idle one)
+  uint32_t tcp_owner = kUnknownOwner;  // TCP: the local uid that connected (LocalTcpOwner)
   ~Connection() {
     if (client_wake >= 0) ::close(client_wake);
   }
@@ -65,8 +67,14 @@ struct Connection {
 constexpr uint32_t kMaxUnauthenticatedPayload = 1024;
 constexpr auto kHelloDeadline = std::chrono::seconds(5);
 constexpr int64_t kMaxUnauthenticated = 64;
+// ... and of those, one local user (the owner of the connecting socket) holds at most this many.
+constexpr int kMaxUnauthenticatedPerUid = 8;
 // A frame's payload is read in pieces of at most this, the buffer growing as they arrive.
 constexpr size_t kPayloadChunk = 1u << 20;
+// A peer that may call reader methods only (docs/security.md) sends paths and names: its
+// frames and its channel hold at most this, and one uid keeps at most so many connections.
+constexpr uint32_t kMaxReaderPayload = 64u << 10;
+constexpr int kMaxReaderConnections = 32;
 
 // A response never exceeds the frame limit: a bigger one is an error, not a truncation.
 Result<std::string> Bounded(Result<std::string> r) {
@@ -231,6 +239,11 @@ class Server::Impl {
     }
     for (auto& h : helpers) h.thread.join();
     slow_.Stop();  // the slow tasks running finish; their answers go nowhere
+    {
+      MutexLock l(&limits_mu_);
+      budget_stopped_ = true;
+      budget_waiters_.clear();
+    }
     boost::system::error_code ec;
     unix_acceptor_.close(ec);
     tcp_acceptor_.close(ec);
@@ -252,6 +265,12 @@ class Server::Impl {
     s.slow_threads = slow_.threads();
     s.slow_tasks = slow_tasks_.load();
     s.async_tasks = async_tasks_.load();
+    s.budget_waits = budget_waits_.load();
+    s.refused_connections = refused_.load();
+    {
+      MutexLock l(&limits_mu_);
+      s.inflight_bytes = inflight_;
+    }
     return s;
   }
 
@@ -344,6 +363,96 @@ class Server::Impl {
     co_return std::move(**result);
   }
 
+  // A frame from a peer that may call reader methods only: at most kMaxReaderPayload bytes.
+  static Status ReaderFrame(const Peer& peer, uint64_t payload_len) {
+    if (peer.May(CallerClass::kMount) || payload_len <= kMaxReaderPayload) return Status::Ok();
+    return Status(Code::kPermissionDenied, "a frame of " + std::to_string(payload_len) + " bytes from " +
+                                               peer.Describe() + ", who may call reader methods only (at most " +
+                                               std::to_string(kMaxReaderPayload) + " bytes)");
+  }
+
+  // Connections per reader uid: at most kMaxReaderConnections. Root and the runtime's user are
+  // not counted (they may do anything anyway).
+  bool AdmitReader(const Peer& peer) {
+    if (peer.May(CallerClass::kMount)) return true;
+    MutexLock l(&limits_mu_);
+    int& n = reader_connections_[peer.uid];
+    if (n >= kMaxReaderConnections) return false;
+    ++n;
+    return true;
+  }
+  void ReleaseReader(const Peer& peer) {
+    if (peer.May(CallerClass::kMount)) return;
+    MutexLock l(&limits_mu_);
+    auto it = reader_connections_.find(peer.uid);
+    if (it != reader_connections_.end() && --it->second <= 0) reader_connections_.erase(it);
+  }
+
+  // TCP connections waiting for their hello, per owning uid: at most kMaxUnauthenticatedPerUid.
+  bool AdmitUnauthenticated(uint32_t uid) {
+    MutexLock l(&limits_mu_);
+    int& n = unauthenticated_by_uid_[uid];
+    if (n >= kMaxUnauthenticatedPerUid) return false;
+    ++n;
+    return true;
+  }
+  template <typename Socket>
+  void EndUnauthenticated(const Connection<Socket>& c) {
+    --unauthenticated_;
+    MutexLock l(&limits_mu_);
+    auto it = unauthenticated_by_uid_.find(c.tcp_owner);
+    if (it != unauthenticated_by_uid_.end() && --it->second <= 0) unauthenticated_by_uid_.erase(it);
+  }
+
+  // The in-flight payload budget: waits until `n` more bytes fit under runtime.max_inflight,
+  // then takes them. A frame is admitted whole (n is at most the frame limit, which the budget
+  // is never below), so waiting frames never hold part of it. A waiter sleeps on a timer that
+  // Release wakes (posted to the waiter's strand, where it runs only once the waiter sleeps).
+  asio::awaitable<void> Admit(uint64_t n) {
+    if (n == 0) co_return;
+    auto ex = co_await asio::this_coro::executor;
+    std::shared_ptr<asio::steady_timer> wake;
+    boost::system::error_code ec;
+    while (true) {
+      {
+        MutexLock l(&limits_mu_);
+        if (inflight_ + n <= options_.max_inflight_bytes) {
+          inflight_ += n;
+          break;
+        }
+        if (!wake) {
+          wake = std::make_shared<asio::steady_timer>(ex);
+          ++budget_waits_;
+        }
+        wake->expires_at(asio::steady_timer::time_point::max());
+        budget_waiters_.push_back(wake);
+      }
+      co_await wake->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+  void Release(uint64_t n) {
+    if (n == 0) return;
+    std::vector<std::shared_ptr<asio::steady_timer>> woken;
+    {
+      MutexLock l(&limits_mu_);
+      inflight_ -= n;
+      if (budget_stopped_) return;  // Run() has ended: the workers' contexts are going
+      woken.swap(budget_waiters_);
+    }
+    for (auto& t : woken) asio::post(t->get_executor(), [t] { t->cancel(); });
+  }
+  // Releases a frame's share of the budget when its turn ends, whichever way, and with it a
+  // payload buffer larger than a chunk (a connection keeps at most that between frames).
+  struct Admitted {
+    Impl* s;
+    uint64_t n;
+    std::string* payload;
+    ~Admitted() {
+      if (payload->capacity() > kPayloadChunk) std::string().swap(*payload);
+      s->Release(n);
+    }
+  };
+
   // A request that ran (not one refused for an unknown pool or method, which a client may
   // send at will) teaches the cost model its run time.
   void Learn(uint32_t pool, uint32_t method, const Status& s, int64_t t0_ns) {
@@ -398,6 +507,13 @@ class Server::Impl {
       }
       auto conn = std::make_shared<Connection<LocalSocket>>(std::move(sock));
       conn->peer = UnixPeer(conn->sock.native_handle());
+      if (!AdmitReader(*conn->peer)) {
+        if (const uint64_t n = ++refused_; LogThisOne(n))
+          CLIO_LOG_WARN("uid {} holds {} connections already, the most for a reader: one more refused ({} so far)",
+                        conn->peer->uid, kMaxReaderConnections, n);
+        conn->sock.close(ec);
+        continue;
+      }
       // The socket's mode and group decided who may connect; the peer's class, what it may call.
       conn->authenticated = true;
       asio::co_spawn(strand, Session(conn, static_cast<pid_t>(conn->peer->pid)), asio::detached);
@@ -415,12 +531,26 @@ class Server::Impl {
         continue;
       }
       if (unauthenticated_.load() >= kMaxUnauthenticated) {
-        CLIO_LOG_WARN("TCP: {} connections wait for their hello already; one more refused", kMaxUnauthenticated);
+        if (const uint64_t n = ++refused_; LogThisOne(n))
+          CLIO_LOG_WARN("TCP: {} connections wait for their hello already; one more refused ({} so far)",
+                        kMaxUnauthenticated, n);
+        sock.close(ec);
+        continue;
+      }
+      boost::system::error_code pe, le;
+      const auto remote = sock.remote_endpoint(pe), local = sock.local_endpoint(le);
+      const uint32_t owner = pe || le ? kUnknownOwner : LocalTcpOwner(remote.data(), local.data());
+      if (!AdmitUnauthenticated(owner)) {
+        if (const uint64_t n = ++refused_; LogThisOne(n))
+          CLIO_LOG_WARN("TCP: {} holds {} connections waiting for their hello already; one more refused ({} so far)",
+                        owner == kUnknownOwner ? std::string("a peer of unknown uid") : "uid " + std::to_string(owner),
+                        kMaxUnauthenticatedPerUid, n);
         sock.close(ec);
         continue;
       }
       sock.set_option(asio::ip::tcp::no_delay(true), ec);
       auto conn = std::make_shared<Connection<TcpSocket>>(std::move(sock));
+      conn->tcp_owner = owner;
       ++unauthenticated_;
       asio::co_spawn(strand, HelloDeadline(conn), asio::detached);
       asio::co_spawn(strand, Session(conn, 0), asio::detached);
@@ -455,7 +585,7 @@ class Server::Impl {
       ~Closed() {
         --s->connections_;
         if (kTcp) --s->tcp_connections_;
-        if (kTcp && !c->authenticated) --s->unauthenticated_;
+        if (kTcp && !c->authenticated) s->EndUnauthenticated(*c);
         if constexpr (kTcp) {
           // Closed now, not when the hello deadline's timer lets go of the connection: a dropped
           // peer's socket must not outlive its session.
@@ -464,6 +594,7 @@ class Server::Impl {
         }
         if constexpr (!kTcp) {
           s->Unregister(id);
+          s->ReleaseReader(*c->peer);
           if (c->wake) {
             boost::system::error_code ec;
             c->wake->close(ec);  // ends the channel's coroutine
@@ -480,14 +611,23 @@ class Server::Impl {
       Status valid = ValidateRequestHeader(h);
       if (valid.ok() && !conn->authenticated && h.payload_len > kMaxUnauthenticatedPayload)
         valid = Corruption("a frame of " + std::to_string(h.payload_len) + " bytes before the hello");
+      if (valid.ok() && conn->peer) valid = ReaderFrame(*conn->peer, h.payload_len);
       if (!valid.ok()) {
         ++malformed_;
         CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
         co_return;
       }
-      // The payload grows as its bytes arrive: a peer that announces a 64 MiB frame and sends
-      // nothing costs what it sent, not 64 MiB. Plain co_await statements (g++ 12).
+      // The payload's bytes count against the runtime's in-flight budget (runtime.max_inflight)
+      // from before they are read until the answer is sent: past it, frames wait unread, and
+      // their clients' sends block in the kernel. The payload grows as its bytes arrive: a peer
+      // that announces a 64 MiB frame and sends nothing costs what it sent, not 64 MiB. Plain
+      // co_await statements (g++ 12).
+      co_await Admit(h.payload_len);
+      const Admitted admitted{this, h.payload_len, &payload};
       payload.clear();
+      // Admitted, the whole frame is counted: its buffer is reserved at once (address space,
+      // no pages until bytes arrive), so growing it never copies.
+      payload.reserve(h.payload_len);
       while (payload.size() < h.payload_len) {
         const size_t have = payload.size();
         const size_t n = std::min<size_t>(kPayloadChunk, h.payload_len - have);
@@ -509,7 +649,7 @@ class Server::Impl {
       if (IsTransportMethod(h)) r = Transport(*conn, h, payload);
       else r = co_await RunTask(h, payload, conn->peer);
       --conn->in_request;
-      if (kTcp && !was_authenticated && conn->authenticated) --unauthenticated_;
+      if (kTcp && !was_authenticated && conn->authenticated) EndUnauthenticated(*conn);
       // A failed handshake step (a wrong proof, a step out of order): the answer says why, and
       // the connection ends.
       const bool refused = !conn->authenticated && !r.ok();
@@ -569,7 +709,10 @@ class Server::Impl {
       return Status(Code::kNotSupported, "shared-memory channels need the runtime on this machine (Unix socket)");
     } else {
       if (conn.segment) return Status(Code::kAlreadyExists, "this connection has a shared-memory channel already");
-      const uint32_t bytes = std::clamp(wanted, kMinShmChannelBytes, options_.shm_channel_bytes);
+      const uint32_t most = conn.peer && !conn.peer->May(CallerClass::kMount)
+                                ? std::min(options_.shm_channel_bytes, kMaxReaderPayload)
+                                : options_.shm_channel_bytes;
+      const uint32_t bytes = std::clamp(wanted, kMinShmChannelBytes, std::max(most, kMinShmChannelBytes));
       CLIO_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::Create(bytes));
       const int ev = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
       if (ev < 0) return Status::FromErrno(errno, "eventfd for a shared-memory channel");
@@ -646,6 +789,14 @@ class Server::Impl {
         co_return;
       }
       const RequestHeader h = *taken;
+      // Copied out already: the channel's size bounded it, and the reader's cap on that size
+      // holds here too (a segment granted before a config change may be larger).
+      Status reader = ReaderFrame(*conn->peer, h.payload_len);
+      if (!reader.ok()) {
+        ++malformed_;
+        CLIO_LOG_WARN("dropping client connection: shared-memory channel: {}", reader.ToString());
+        co_return;
+      }
       Result<std::string> r = Status(Code::kNotSupported, "transport methods go over the socket");
       ++conn->in_request;
       if (!IsTransportMethod(h)) r = co_await RunTask(h, payload, conn->peer);
@@ -744,6 +895,14 @@ class Server::Impl {
   std::atomic<int64_t> connections_{0}, shm_channels_{0}, tcp_connections_{0};
   std::atomic<uint64_t> malformed_{0}, reaped_{0};
   std::atomic<int64_t> unauthenticated_{0};  // TCP connections waiting for their hello
+  mutable Mutex limits_mu_;
+  uint64_t inflight_ GUARDED_BY(limits_mu_) = 0;  // payload bytes admitted and not yet answered
+  bool budget_stopped_ GUARDED_BY(limits_mu_) = false;
+  std::vector<std::shared_ptr<asio::steady_timer>> budget_waiters_ GUARDED_BY(limits_mu_);
+  std::map<uint32_t, int> reader_connections_ GUARDED_BY(limits_mu_);  // by uid
+  std::map<uint32_t, int> unauthenticated_by_uid_ GUARDED_BY(limits_mu_);  // TCP, by owning uid
+  std::atomic<uint64_t> budget_waits_{0};  // frames that waited for the budget, ever
+  std::atomic<uint64_t> refused_{0};  // connections closed at accept for a limit, ever
   Mutex watch_mu_;
   std::map<uint64_t, Watched> watched_ GUARDED_BY(watch_mu_);
   CostModel costs_;

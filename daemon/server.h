@@ -31,6 +31,9 @@ class Server {
     // The monitor adds a thread to an I/O worker whose every thread has been inside one task
     // this long (runtime.stuck_task_ms).
     uint32_t stuck_task_ms = 100;
+    // Payload bytes of the frames being read or run at once (runtime.max_inflight); a frame
+    // that would pass it waits unread. At least the frame limit, kMaxPayload.
+    uint64_t max_inflight_bytes = kDefaultMaxInflightBytes;
   };
   // Runs one request: (pool, method, payload) -> the response payload or an error.
   // The payload comes without the pool query, which travels apart (kRequestHasQuery).
@@ -70,6 +73,9 @@ class Server {
     uint32_t slow_threads = 0;    // threads of the slow class now
     uint64_t slow_tasks = 0;      // tasks that ran on the slow class
     uint64_t async_tasks = 0;     // tasks handled asynchronously (Pool::IsAsync)
+    uint64_t inflight_bytes = 0;  // payload bytes admitted now (runtime.max_inflight)
+    uint64_t budget_waits = 0;    // frames that waited for that budget, ever
+    uint64_t refused_connections = 0;  // closed at accept for a connection limit, ever
   };
   Stats stats() const;
 

@@ -16,7 +16,9 @@ Scenarios:
 - no_tcp_fallback: with runtime.tcp_port set and the runtime away, the attacker holds the port:
   an `auto` client does not fall back to TCP; a client told to use TCP sends it a nonce, never
   the token.
-- frame_budget: frames that announce 64 MiB and send 2 MiB cost the runtime what was sent.
+- frame_budget: a reader's frame announcing 64 MiB is refused at its header, a reader holds at
+  most 32 connections, and root's frames wait for runtime.max_inflight (the peak stays near it).
+- flood: one user's 70 silent TCP connections and 8 slow HTTP clients do not lock root out.
 - state_modes: the state directory 0700 (0750 with group clio) and its files 0600, a too-long
   socket_path refused before anything is made, a token file others may read set back to 0600,
   a token file or a state directory of another user refused.
@@ -242,6 +244,59 @@ def scenario_no_tcp_fallback(env):
     log(f"a TCP client gave the squatter {len(got)} hello(s) of a nonce, no token")
 
 
+def scenario_flood(env):
+    """One local user cannot lock the others out of TCP or HTTP (docs/security.md, "Limits"):
+    - the attacker opens 70 TCP connections and never says Hello: the runtime keeps 8 of them
+      (per owning uid, found in /proc/net/tcp) and root's TCP client still gets in;
+    - the attacker opens 8 HTTP connections and sends their requests a byte every 2 s (each
+      read is within Poco's timeout, so each holds a server thread for as long as it likes): the
+      server keeps 4 of them, and root's GET /metrics is answered."""
+    env.check_binaries(env.clio_run, env.clioctl)
+    tcp_port, http_port = free_port(), free_port()
+    env.write_config(env.config_text().replace(
+        "  num_threads: 4\n", f"  num_threads: 4\n  tcp_port: {tcp_port}\n  http_port: {http_port}\n"))
+    env.start_runtime()
+    code = (
+        "import socket, sys, time\n"
+        "tcp, http = int(sys.argv[1]), int(sys.argv[2])\n"
+        "held = [socket.create_connection(('127.0.0.1', tcp)) for _ in range(70)]\n"
+        "slow = [socket.create_connection(('127.0.0.1', http)) for _ in range(8)]\n"
+        "print('ready', flush=True)\n"
+        "req = b'GET /metrics HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nX-Slow: ' + b'a' * 1000\n"
+        "for i in range(len(req)):\n"
+        "    for s in slow:\n"
+        "        try:\n"
+        "            s.send(req[i:i + 1])\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    time.sleep(2)\n")
+    p = subprocess.Popen(["/usr/bin/python3", "-c", code, str(tcp_port), str(http_port)], user=ATTACKER,
+                         group=ATTACKER, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stdout.readline().strip()
+        check(line == "ready", f"the attacker could not connect: {line!r} "
+                               f"{p.stderr.read() if p.poll() is not None else ''}")
+        e = env.env()
+        e["CLIO_IPC_MODE"] = "tcp"
+        cp = run_cmd([env.clioctl, "stat"], env=e)
+        check(cp.returncode == 0, "root's TCP client was locked out by the attacker's 70 silent connections:\n" +
+              describe(cp))
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=60) as r:
+            body = r.read().decode()
+        check("clio_runtime_pools" in body, f"GET /metrics beside the slow clients answered {body[:200]!r}")
+        tail = env.log_tail()
+        check(f"uid {ATTACKER} holds 8 connections waiting for their hello" in tail,
+              "no warning named the attacker's refused TCP connections")
+        check(f"HTTP: uid {ATTACKER} holds 4 connections already" in tail,
+              "no warning named the attacker's refused HTTP connections")
+        log("70 silent TCP connections and 8 slow HTTP clients of one user: root's TCP client and GET /metrics served")
+    finally:
+        p.kill()
+        p.wait()
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -250,44 +305,117 @@ def rss_kib(pid):
     raise TestFailure(f"no VmRSS for pid {pid}")
 
 
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise TestFailure(f"no VmHWM for pid {pid}")
+
+
+# A frame's header (daemon/ipc.h): magic, version, flags, pool, method, request id, payload
+# length, client. Pool 999 does not exist: the answer is an error, after the payload was read.
+FRAME = "struct.pack('<IHHIIQII', 0x4f494c43, 4, 0, 999, 1, {id}, {n}, 0)"
+
+
 def scenario_frame_budget(env):
-    """Connections that announce 64 MiB frames and send 2 MiB of each: the runtime holds what
-    arrived, not what was announced. The attacker's sendall of 2 MiB returns only once the
-    runtime has read most of it (a Unix socket buffers a few hundred KiB), so the runtime is in
-    the middle of each payload when its memory is read: no timing."""
+    """What a connection may cost the runtime (docs/ipc.md, "Limits"):
+    - a reader (the attacker) that announces a 64 MiB frame is dropped at its header, and the
+      runtime allocates nothing for it;
+    - a reader holds at most 32 connections: of 40 opened at once, exactly 32 are answered;
+    - root's frames wait for runtime.max_inflight: 8 frames of 48 MiB sent at once on 8
+      connections, with max_inflight 64MiB, are read one at a time, so the runtime's peak memory
+      grows by about one frame, not eight (the peak is read after every answer came: no timing)."""
     env.check_binaries(env.clio_run, env.clioctl)
-    env.write_config()
-    pid = env.start_runtime()
+    env.write_config(env.config_text().replace("  num_threads: 4\n", "  num_threads: 4\n  max_inflight: 64MiB\n"))
+    # Under ASan a freed buffer waits in a quarantine, resident: the peak would count every
+    # frame's buffer whatever the budget. Without it, freed frames leave as they would.
+    saved = os.environ.get("ASAN_OPTIONS")
+    os.environ["ASAN_OPTIONS"] = ((saved + ":") if saved else "") + "quarantine_size_mb=0"
+    try:
+        pid = env.start_runtime()
+    finally:
+        if saved is None:
+            os.environ.pop("ASAN_OPTIONS", None)
+        else:
+            os.environ["ASAN_OPTIONS"] = saved
     os.chmod(env.T, 0o755)
-    conns = 16
+    sock = os.path.join(env.T, "clio.sock")
     code = (
         "import socket, struct, sys\n"
+        "path = sys.argv[1]\n"
+        "s = socket.socket(socket.AF_UNIX); s.connect(path)\n"
+        "s.sendall(" + FRAME.format(id=1, n="64 << 20") + ")\n"
+        "try:\n"
+        "    s.sendall(b'x' * 4096); closed = s.recv(64) == b''\n"
+        "except OSError:\n"
+        "    closed = True\n"
+        "print('big frame:', 'closed' if closed else 'answered', flush=True)\n"
         "socks = []\n"
-        "for i in range(int(sys.argv[2])):\n"
-        "    s = socket.socket(socket.AF_UNIX)\n"
-        "    s.connect(sys.argv[1])\n"
-        "    s.sendall(struct.pack('<IHHIIQII', 0x4f494c43, 4, 0, 0, 1, 1, 64 << 20, 0))\n"
-        "    s.sendall(b'x' * (2 << 20))\n"
-        "    socks.append(s)\n"
-        "print('sent', flush=True)\n"
-        "sys.stdin.readline()\n")
+        "for i in range(40):\n"
+        "    c = socket.socket(socket.AF_UNIX); c.connect(path); socks.append(c)\n"
+        "answered = 0\n"
+        "for i, c in enumerate(socks):\n"
+        "    try:\n"
+        "        c.sendall(" + FRAME.format(id="i + 2", n=0) + ")\n"
+        "        if len(c.recv(24)) == 24: answered += 1\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('answered:', answered, flush=True)\n")
     before = rss_kib(pid)
-    p = subprocess.Popen(["/usr/bin/python3", "-c", code, os.path.join(env.T, "clio.sock"), str(conns)],
-                         user=ATTACKER, group=ATTACKER, extra_groups=attacker_groups(env),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = p.stdout.readline().strip()
-        check(line == "sent", f"the attacker could not send its frames: {line!r} {p.stderr.read() if p.poll() is not None else ''}")
-        grown = rss_kib(pid) - before
-        log(f"{conns} frames announcing 64 MiB, 2 MiB sent each: the runtime grew by {grown // 1024} MiB")
-        check(grown < conns * 16 * 1024,
-              f"the runtime grew by {grown // 1024} MiB for {conns} connections that sent 2 MiB each "
-              f"(it allocates what a frame announces, {conns * 64} MiB)")
-        cp = run_cmd([env.clioctl, "stat"], env=env.env())
-        check(cp.returncode == 0, "clioctl stat beside the half-sent frames:\n" + describe(cp))
-    finally:
-        p.kill()
-        p.wait()
+    p = subprocess.run(["/usr/bin/python3", "-c", code, sock], user=ATTACKER, group=ATTACKER,
+                       extra_groups=attacker_groups(env), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=120)
+    check(p.returncode == 0, f"the attacker's script failed:\n{p.stdout}{p.stderr}")
+    check("big frame: closed" in p.stdout, f"a reader's frame announcing 64 MiB was not refused at its header: {p.stdout}")
+    check("answered: 32" in p.stdout, f"a reader opened 40 connections, 32 should be served: {p.stdout}")
+    grown = rss_kib(pid) - before
+    check(grown < 16 * 1024, f"the runtime grew by {grown // 1024} MiB for a reader's refused 64 MiB frame")
+    check("who may call reader methods only" in env.log_tail(), "no warning named the reader's refused frame")
+    log(f"a reader's 64 MiB frame refused at its header (runtime grew {grown} KiB); 32 of its 40 connections served")
+
+    # Root: 8 frames of 48 MiB at once, budget 64 MiB.
+    frames, size = 8, 48 << 20
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # resets the peak (VmHWM) to now
+    base = vm_hwm_kib(pid)
+    import struct
+    import threading
+    conns = []
+    for i in range(frames):
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(sock)
+        c.sendall(struct.pack('<IHHIIQII', 0x4f494c43, 4, 0, 999, 1, i + 1, size, 0))
+        conns.append(c)
+    answers = [None] * frames
+    data = b"\0" * size
+
+    def send(i):
+        try:
+            conns[i].sendall(data)
+            h = b""
+            while len(h) < 24:
+                got = conns[i].recv(24 - len(h))
+                if not got:
+                    break
+                h += got
+            answers[i] = len(h) == 24
+        except OSError as e:
+            answers[i] = e
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(frames)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for c in conns:
+        c.close()
+    check(all(a is True for a in answers), f"root's 48 MiB frames were not all answered: {answers}")
+    peak = vm_hwm_kib(pid) - base
+    log(f"{frames} frames of {size >> 20} MiB at once, max_inflight 64MiB: the runtime's peak grew {peak // 1024} MiB")
+    check(peak < 160 * 1024, f"the runtime's peak grew by {peak // 1024} MiB for {frames} frames of 48 MiB under a "
+                             f"64 MiB budget: they were read at once ({frames * 48} MiB)")
+    cp = run_cmd([env.clioctl, "stat"], env=env.env())
+    check(cp.returncode == 0, "clioctl stat after the frames:\n" + describe(cp))
 
 
 def scenario_state_modes(env):
@@ -361,6 +489,7 @@ SCENARIOS = {
     "squatter": scenario_squatter,
     "no_tcp_fallback": scenario_no_tcp_fallback,
     "frame_budget": scenario_frame_budget,
+    "flood": scenario_flood,
     "state_modes": scenario_state_modes,
 }
 
