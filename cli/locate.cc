@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -53,7 +54,20 @@ int Locate(const CommandContext& ctx, const std::string& path, const std::string
   if (!c.ok()) return Fail(c.status().message());
   auto pool = FindFsPool(*c->client, fs_pool);
   if (!pool.ok()) return Fail(pool.status().message());
-  const fsproto::Locate req{.ino = static_cast<uint64_t>(where->st.st_ino)};
+  // The path from the mount's root, resolved: a caller who is not root or the runtime's user
+  // is answered only for a file it could reach and read through the mount, which the runtime
+  // checks along this path.
+  char* real = ::realpath(path.c_str(), nullptr);
+  char* root = ::realpath(where->mountpoint.c_str(), nullptr);
+  std::string inside;
+  if (real && root) {
+    const std::string r(real), m(root);
+    if (r.compare(0, m.size(), m) == 0 && (r.size() == m.size() || m == "/" || r[m.size()] == '/'))
+      inside = r.substr(m == "/" ? 1 : std::min(r.size(), m.size() + 1));
+  }
+  std::free(real);
+  std::free(root);
+  const fsproto::Locate req{.ino = static_cast<uint64_t>(where->st.st_ino), .path = inside};
   auto raw = c->client->Call(*pool, static_cast<uint32_t>(fsproto::Locate::kMethod), fsproto::Encode(req));
   if (!raw.ok()) return Fail("'" + path + "' (inode " + std::to_string(where->st.st_ino) + "): " + raw.status().ToString());
   auto loc = DecodeFileLocation(*raw);

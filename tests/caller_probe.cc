@@ -6,7 +6,7 @@
 // PermissionDenied), every other method is refused with PermissionDenied. A module it has no
 // list for fails the run, and so does a method made a reader's without being added here.
 //
-//   clio_caller_probe --uid U --gid G [--groups A,B] [--locate INO=allow|deny]... SOCKET
+//   clio_caller_probe --uid U --gid G [--groups A,B] [--locate INO:PATH=allow|deny]... SOCKET
 //
 // Prints one line per call and "N calls, M wrong"; exit 0 when nothing was wrong, 1 otherwise,
 // 2 for bad arguments.
@@ -57,13 +57,18 @@ struct Args {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
-  std::vector<std::pair<uint64_t, bool>> locates;  // inode, whether the caller may locate it
+  struct LocateCase {
+    uint64_t ino;
+    std::string path;  // from the mount's root
+    bool allow;        // whether the caller may locate it
+  };
+  std::vector<LocateCase> locates;
   std::string socket;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr, "clio_caller_probe: %s\nusage: clio_caller_probe --uid U --gid G [--groups A,B] "
-                       "[--locate INO=allow|deny]... SOCKET\n", why.c_str());
+                       "[--locate INO:PATH=allow|deny]... SOCKET\n", why.c_str());
   std::exit(2);
 }
 
@@ -92,10 +97,11 @@ Args Parse(int argc, char** argv) {
       }
     } else if (s == "--locate") {
       std::string v = value();
-      const size_t eq = v.find('=');
-      if (eq == std::string::npos || (v.substr(eq + 1) != "allow" && v.substr(eq + 1) != "deny"))
-        Usage("--locate takes INO=allow or INO=deny");
-      a.locates.emplace_back(std::stoull(v.substr(0, eq)), v.substr(eq + 1) == "allow");
+      const size_t colon = v.find(':'), eq = v.rfind('=');
+      if (colon == std::string::npos || eq == std::string::npos || eq < colon ||
+          (v.substr(eq + 1) != "allow" && v.substr(eq + 1) != "deny"))
+        Usage("--locate takes INO:PATH=allow or INO:PATH=deny");
+      a.locates.push_back({std::stoull(v.substr(0, colon)), v.substr(colon + 1, eq - colon - 1), v.substr(eq + 1) == "allow"});
     } else if (!s.empty() && s[0] == '-') {
       Usage("unknown option " + s);
     } else {
@@ -162,16 +168,17 @@ int main(int argc, char** argv) {
   };
   probe(0, "admin", "admin");
   for (const PoolInfo& p : pools->pools) probe(p.id, p.module, p.name);
-  for (const auto& [ino, allow] : a.locates) {
+  for (const auto& [ino, path, allow] : a.locates) {
     uint32_t fs = 0;
     for (const PoolInfo& p : pools->pools)
       if (p.module == "clio_fs") fs = p.id;
-    auto r = c.Call(fs, M(FsMethod::kLocate), fsproto::Encode(fsproto::Locate{.ino = ino}));
+    auto r = c.Call(fs, M(FsMethod::kLocate), fsproto::Encode(fsproto::Locate{.ino = ino, .path = path}));
     const bool denied = !r.ok() && r.status().code() == Code::kPermissionDenied;
     const bool ok = allow ? r.ok() : denied;
     ++calls;
     if (!ok) ++wrong;
-    std::printf("locate inode %llu: %s: %s%s\n", static_cast<unsigned long long>(ino), allow ? "allowed" : "refused",
+    std::printf("locate inode %llu '%s': %s: %s%s\n", static_cast<unsigned long long>(ino), path.c_str(),
+                allow ? "allowed" : "refused",
                 r.ok() ? "ok" : r.status().ToString().c_str(), ok ? "" : "  <- WRONG");
   }
   std::printf("%d calls, %d wrong\n", calls, wrong);

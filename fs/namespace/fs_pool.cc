@@ -1,6 +1,7 @@
 #include "fs/namespace/fs_pool.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <optional>
@@ -260,25 +261,57 @@ Result<fsproto::Empty> FsPool::Run(const fsproto::Fallocate& r) {
 namespace {
 
 // Locate is a reader's method: a caller below the mount class learns where a file's chunks are
-// only for a file it could read through the mount (owner, group or other read bit).
-Status MayReadFile(const Peer& peer, const InodeAttr& a) {
-  if (peer.May(CallerClass::kMount)) return Status::Ok();
-  const uint32_t bit = peer.uid == a.uid ? 0400 : peer.InGroup(a.gid) ? 0040 : 0004;
-  if (a.mode & bit) return Status::Ok();
+// only for a file it could read through the mount: every directory on its path searchable
+// (x) and the file readable (r), by the owner, group or other bits, with the caller's groups.
+bool PeerMay(const Peer& peer, const InodeAttr& a, uint32_t other_bit) {
+  const uint32_t bit = peer.uid == a.uid ? other_bit << 6 : peer.InGroup(a.gid) ? other_bit << 3 : other_bit;
+  return (a.mode & bit) != 0;
+}
+
+Status LocateRefused(const Peer& peer, const InodeAttr& a, const std::string& what) {
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", a.mode & 07777);
-  return Status(Code::kPermissionDenied, "locate: inode " + std::to_string(a.ino) + " is not readable by " +
-                                             peer.Describe() + " (mode " + mode + ", owner uid " +
-                                             std::to_string(a.uid) + ")");
+  return Status(Code::kPermissionDenied, "locate: " + what + " is not " +
+                                             (S_ISDIR(a.mode) ? "searchable" : "readable") + " by " + peer.Describe() +
+                                             " (mode " + mode + ", owner uid " + std::to_string(a.uid) + ")");
 }
+
+constexpr size_t kMaxLocatePath = 4096;
 
 }  // namespace
 
-Result<fsproto::Raw> FsPool::Run(const fsproto::Locate& r) {
-  if (const Peer* peer = CurrentRequest().peer) {
-    CLIO_ASSIGN_OR_RETURN(InodeAttr a, ns_->GetAttr(r.ino));
-    CLIO_RETURN_IF_ERROR(MayReadFile(*peer, a));
+Status FsPool::MayLocate(const Peer& peer, const fsproto::Locate& r) {
+  if (peer.May(CallerClass::kMount)) return Status::Ok();
+  if (r.path.empty())
+    return Status(Code::kPermissionDenied, "locate: " + peer.Describe() +
+                                               " must name the file's path from the mount's root (the runtime "
+                                               "checks it as the kernel would)");
+  if (r.path.size() > kMaxLocatePath) return Status(Code::kNameTooLong, "locate: a path over 4096 bytes");
+  CLIO_ASSIGN_OR_RETURN(InodeAttr at, ns_->GetAttr(kRootIno));
+  std::string walked;
+  size_t pos = 0;
+  while (pos <= r.path.size()) {
+    const size_t slash = std::min(r.path.find('/', pos), r.path.size());
+    const std::string_view name = std::string_view(r.path).substr(pos, slash - pos);
+    pos = slash + 1;
+    if (name.empty() || name == ".") continue;
+    if (name == "..")
+      return InvalidArgument("locate: the path '" + r.path + "' has '..': send it resolved (realpath)");
+    if (!S_ISDIR(at.mode)) return Status(Code::kNotDirectory, "locate: '" + walked + "' is not a directory");
+    if (!PeerMay(peer, at, 01)) return LocateRefused(peer, at, walked.empty() ? "the mount's root" : "'" + walked + "'");
+    CLIO_ASSIGN_OR_RETURN(at, ns_->Lookup(at.ino, name));
+    walked += (walked.empty() ? "" : "/") + std::string(name);
   }
+  if (at.ino != r.ino)
+    return Status(Code::kPermissionDenied, "locate: '" + r.path + "' is inode " + std::to_string(at.ino) + ", not " +
+                                               std::to_string(r.ino) + " (" + peer.Describe() +
+                                               " locates a file by its own path)");
+  if (!PeerMay(peer, at, 04)) return LocateRefused(peer, at, "'" + walked + "'");
+  return Status::Ok();
+}
+
+Result<fsproto::Raw> FsPool::Run(const fsproto::Locate& r) {
+  if (const Peer* peer = CurrentRequest().peer) CLIO_RETURN_IF_ERROR(MayLocate(*peer, r));
   CLIO_ASSIGN_OR_RETURN(FileLocation f, ns_->Locate(r.ino));
   return fsproto::Raw{EncodeFileLocation(f)};
 }

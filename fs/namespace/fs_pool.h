@@ -70,6 +70,8 @@ class FsPool : public Pool {
   Result<fsproto::Empty> Run(const fsproto::RemoveXattr& r);
   Result<fsproto::Empty> Run(const fsproto::Fallocate& r);
   Result<fsproto::Raw> Run(const fsproto::Locate& r);
+  // Whether `peer` may locate the file: as it could read it through the mount.
+  Status MayLocate(const Peer& peer, const fsproto::Locate& r);
   Result<fsproto::AttachReply> Run(const fsproto::Attach& r);
   Result<fsproto::ReattachReply> Run(const fsproto::Reattach& r);
 

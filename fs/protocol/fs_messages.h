@@ -285,10 +285,14 @@ struct Fallocate {
   template <class S, class F> static void Fields(S& s, F&& f) { f(s.ino); f(s.mode); f(s.offset); f(s.length); }
 };
 // Reply: EncodeFileLocation (`clioctl locate`; not sent by clio-fuse).
+// `path`: the file's path from the mount's root ("dir/file"). A reader (below the mount class)
+// must send it: the runtime walks it with the reader's search permission on each directory,
+// as the kernel would, and it must lead to `ino`. Root and the mount may leave it empty.
 struct Locate {
   CLIO_FS_REQUEST(Locate, kLocate, Raw);
   uint64_t ino = 0;
-  template <class S, class F> static void Fields(S& s, F&& f) { f(s.ino); }
+  std::string path;
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.ino), f(s.path); }
 };
 struct Attach {
   CLIO_FS_REQUEST(Attach, kAttach, AttachReply);

@@ -76,7 +76,7 @@ def scenario_caller_classes(env):
     members = "".join(SAFE_MEMBER.format(i=i, j=i + 1) for i in range(4))
     env.write_config(SAFE_CONFIG.format(T=env.T, ram_name=env.ram_name, members=members))
     env.start_runtime()
-    env.mount()
+    env.mount(options=["allow_other"])  # as the package mounts: the attacker may use it
     files = {}
     for name, mode, gid in (("secret", 0o600, 0), ("public", 0o644, 0), ("group", 0o640, ATTACKER)):
         path = os.path.join(env.mnt, name)
@@ -87,14 +87,25 @@ def scenario_caller_classes(env):
         os.chown(path, 0, gid)
         os.chmod(path, mode)
         files[name] = os.stat(path).st_ino
+    # A readable file in a directory the attacker cannot search: the kernel would not let it
+    # reach the file, so neither does locate.
+    os.mkdir(os.path.join(env.mnt, "private"), 0o700)
+    hidden = os.path.join(env.mnt, "private", "inside")
+    with open(hidden, "wb") as f:
+        f.write(b"hidden" * 1000)
+    os.chmod(hidden, 0o644)
+    files["private/inside"] = os.stat(hidden).st_ino
     clioctl = open_for_attacker(env)
     groups = attacker_groups(env)
     check(groups, "no socket after the start")
     sock = os.path.join(env.T, "clio.sock")
     for mode in ("shm", "unix"):
         argv = [probe, "--uid", str(ATTACKER), "--gid", str(ATTACKER), "--groups", ",".join(map(str, groups)),
-                "--locate", f"{files['secret']}=deny", "--locate", f"{files['public']}=allow",
-                "--locate", f"{files['group']}=allow", sock]
+                "--locate", f"{files['secret']}:secret=deny", "--locate", f"{files['public']}:public=allow",
+                "--locate", f"{files['group']}:group=allow",
+                "--locate", f"{files['private/inside']}:private/inside=deny",
+                # the path of a readable file with another file's inode, and no path at all
+                "--locate", f"{files['secret']}:public=deny", "--locate", f"{files['public']}:=deny", sock]
         e = env.env()
         e["CLIO_IPC_MODE"] = mode
         cp = run_cmd(argv, env=e)
@@ -102,6 +113,8 @@ def scenario_caller_classes(env):
         log(f"probe over {mode}: {lines[-1] if lines else '(no output)'}")
         check(cp.returncode == 0, f"the probe over {mode} found methods open to uid {ATTACKER}:\n"
               + "\n".join(x for x in lines if "WRONG" in x) + "\n" + describe(cp))
+        check("'private/inside': refused: PermissionDenied: locate: 'private' is not searchable" in cp.stdout,
+              f"locate of a file in a directory uid {ATTACKER} cannot search was not refused for that:\n{cp.stdout}")
         for module in ("admin", "clio_bdev", "clio_safe_bdev", "clio_cte_core", "clio_fs"):
             check(f"[{module}] method" in cp.stdout, f"the probe over {mode} called no {module} pool:\n{cp.stdout}")
 
@@ -110,6 +123,13 @@ def scenario_caller_classes(env):
         cp = as_attacker(env, [clioctl] + args, groups)
         check(cp.returncode == 0, f"clioctl {' '.join(args)} as uid {ATTACKER}: exit {cp.returncode}\n"
               f"{cp.stdout}\n{cp.stderr}")
+    # clioctl locate as the attacker, through the mount: its path goes along and is checked.
+    cp = as_attacker(env, [clioctl, "locate", os.path.join(env.mnt, "public")], groups)
+    check(cp.returncode == 0, f"clioctl locate of a public file as uid {ATTACKER}: exit {cp.returncode}\n"
+          f"{cp.stdout}\n{cp.stderr}")
+    cp = as_attacker(env, [clioctl, "locate", os.path.join(env.mnt, "secret")], groups)
+    check(cp.returncode == 1 and "not readable by uid" in cp.stderr,
+          f"clioctl locate of a 0600 root file as uid {ATTACKER}: exit {cp.returncode}\n{cp.stdout}\n{cp.stderr}")
     target = os.path.join(env.T, "planted")
     cp = as_attacker(env, [clioctl, "pool", "create", "clio_bdev", target, "bdev_type=file", "capacity=1MB"], groups)
     check(cp.returncode == 1, f"pool create as uid {ATTACKER}: exit {cp.returncode}, not 1\n{cp.stdout}\n{cp.stderr}")
