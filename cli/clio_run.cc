@@ -16,6 +16,7 @@
 #include <functional>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/log.h"
@@ -98,12 +99,37 @@ Result<std::unique_ptr<FuseMount>> MountInRuntime(Runtime& rt, const FuseMountOp
   return fuse;
 }
 
+// The state directory and metadata directory, when they did not exist before this start:
+// Undo() removes them (with what the pools made there) after a start that failed composing.
+class MadeHere {
+ public:
+  MadeHere(const std::string& state_dir, const std::string& metadata_path) {
+    for (const std::string& p : {state_dir, metadata_path})
+      if (!p.empty() && ::access(p.c_str(), F_OK) != 0 && errno == ENOENT) fresh_.push_back(p);
+  }
+  void Undo() {
+    for (const std::string& p : fresh_) {
+      std::error_code ec;
+      const auto n = std::filesystem::remove_all(p, ec);
+      if (ec) CLIO_LOG_WARN("removing {}, made by this failed start: {}", p, ec.message());
+      else if (n > 0) CLIO_LOG_INFO("removed {}, made by this failed start", p);
+    }
+  }
+
+ private:
+  std::vector<std::string> fresh_;
+};
+
 // `mount` (if set): the runtime serves the filesystem on that mount itself (in-runtime mode):
 // each FUSE request runs the namespace pool's handler on the session's thread, with no hop to
 // another process. Mounted once the runtime serves; unmounted before its pools stop.
 int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOptions>& mount) {
   // Declared before everything it outlives, so that it tells a failure last.
   StartReport report(ready_fd);
+  // What this start makes, it removes again if the pools cannot be composed: a config refused
+  // at start leaves no state behind (an error in the last compose entry is found only after
+  // the earlier pools opened their devices and the metadata).
+  MadeHere made{cfg.state_dir, cfg.metadata_path};
   if (Status s = PrepareStateDir(cfg.state_dir); !s.ok()) {
     report(s.message());
     return 1;
@@ -140,8 +166,9 @@ int RunRuntime(RuntimeConfig cfg, int ready_fd, const std::optional<FuseMountOpt
   Status s = rt.Compose();
   if (!s.ok()) {
     CLIO_LOG_ERROR("{}", s.ToString());
+    (void)(*kv)->Close();  // Compose stopped the pools it made
+    made.Undo();
     report(s.ToString());
-    (void)(*kv)->Close();
     return s.code() == Code::kConfigError ? 2 : 1;
   }
   const std::string socket_path = rt.config().socket_path;

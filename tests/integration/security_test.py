@@ -454,6 +454,16 @@ def scenario_state_modes(env):
     check(not os.path.exists(f"/dev/shm/{env.ram_name}_node0") and not os.path.exists(f"/dev/shm/{env.ram_name}"),
           "a refused config made the RAM tier's segment")
 
+    # An error in the last compose entry is found after the CTE opened its tiers and the
+    # metadata: the start (exit 2, naming the key) removes the state it made.
+    env.write_config(env.config_text().replace('    chunk_size: "1MiB"', '    chunk_size: "3000"'))
+    cp = run_cmd([env.clio_run, "start"], env=env.env())
+    check(cp.returncode == 2, f"a bad chunk_size in the filesystem's entry: exit {cp.returncode}, not 2\n" + describe(cp))
+    check("chunk_size" in cp.stderr, "the error does not name the key:\n" + describe(cp))
+    check(not os.path.exists(env.state), "a start refused for its config left the state directory it made: "
+          + (", ".join(sorted(os.listdir(env.state))) if os.path.isdir(env.state) else ""))
+    check(not os.path.exists(f"/dev/shm/{env.ram_name}_node0"), "a refused start left the RAM tier's segment")
+
     env.write_config()
     os.makedirs(env.state, mode=0o755)
     os.chmod(env.state, 0o755)  # as an older runtime left it
