@@ -32,6 +32,10 @@ struct State {
   std::map<std::string, prometheus::Family<prometheus::Gauge>*, std::less<>> gauges;
   std::map<std::string, prometheus::Family<prometheus::Histogram>*, std::less<>> histograms;
 
+  // Label pairs ever held (LabelHold), with how many hold each now: 0 hides their series.
+  std::mutex holds_mu;
+  std::map<std::pair<std::string, std::string>, int> holds;
+
   std::shared_mutex samplers_mu;  // shared while a scrape calls them
   std::map<uint64_t, Sampler> samplers;
   uint64_t next_sampler = 1;
@@ -123,9 +127,49 @@ SamplerRegistration& SamplerRegistration::operator=(SamplerRegistration&& o) noe
   return *this;
 }
 
+LabelHold::LabelHold(std::string label, std::string value) : key_(std::move(label), std::move(value)) {
+  if (key_.first.empty()) return;
+  State& s = GetState();
+  std::lock_guard l(s.holds_mu);
+  ++s.holds[key_];
+}
+
+LabelHold::~LabelHold() {
+  if (key_.first.empty()) return;
+  State& s = GetState();
+  std::lock_guard l(s.holds_mu);
+  --s.holds[key_];
+}
+
+LabelHold& LabelHold::operator=(LabelHold&& o) noexcept {
+  if (this != &o) {
+    LabelHold gone(std::move(*this));
+    key_ = std::move(o.key_);
+    o.key_.first.clear();
+  }
+  return *this;
+}
+
 std::string Scrape() {
   State& s = GetState();
   std::vector<prometheus::MetricFamily> families = s.registry.Collect();
+  {
+    // The series of a label value no one holds any more (a removed tier) leave the export.
+    std::lock_guard l(s.holds_mu);
+    bool any = false;
+    for (const auto& [key, n] : s.holds) any |= n <= 0;
+    if (any) {
+      for (auto& f : families) {
+        std::erase_if(f.metric, [&](const prometheus::ClientMetric& m) {
+          for (const auto& label : m.label) {
+            auto it = s.holds.find({label.name, label.value});
+            if (it != s.holds.end() && it->second <= 0) return true;
+          }
+          return false;
+        });
+      }
+    }
+  }
   // Samples of one name from every sampler form one family.
   std::map<std::string, prometheus::MetricFamily> sampled;
   {

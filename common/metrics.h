@@ -7,7 +7,9 @@
 // go in labels (tier="...", type="file", op="write", outcome="io_error").
 //
 // Series live as long as the process: counters stay monotonic even when the thing they count
-// (a tier) is closed and opened again. State that only its owner can see (how full a device is)
+// (a tier) is closed and opened again. What a scrape shows follows the thing's life, though:
+// while a label value is held (LabelHold, by a tier from creation to destruction) its series
+// are exported, and once the last holder lets go they leave Scrape() until it is held again. State that only its owner can see (how full a device is)
 // is published by a sampler called at each scrape instead of being pushed on every change.
 //
 // Thread safety: everything here may be called from any thread.
@@ -106,6 +108,23 @@ class SamplerRegistration {
 
  private:
   uint64_t id_ = 0;
+};
+
+// Holds `label`=`value` (tier="ram::fast") for as long as it lives: series with that label pair
+// are exported while anyone holds it, and hidden (kept, not deleted: handles stay valid) once
+// the last holder is gone. A label value that was never held is always exported.
+class LabelHold {
+ public:
+  LabelHold() = default;
+  LabelHold(std::string label, std::string value);
+  ~LabelHold();
+  LabelHold(LabelHold&& o) noexcept : key_(std::move(o.key_)) { o.key_.first.clear(); }
+  LabelHold& operator=(LabelHold&& o) noexcept;
+  LabelHold(const LabelHold&) = delete;
+  LabelHold& operator=(const LabelHold&) = delete;
+
+ private:
+  std::pair<std::string, std::string> key_;  // empty label: holds nothing
 };
 
 // Every series, in the Prometheus text exposition format (version 0.0.4).

@@ -89,6 +89,29 @@ TEST_CASE("samplers are called at each scrape, merge by name, and stop when unre
   CHECK(metrics::Scrape().find("t_sampled{") == std::string::npos);
 }
 
+TEST_CASE("a label value's series are exported while it is held, kept monotonic across holds") {
+  const std::string line = "t_held_total{tier=\"ram::gone\"} ";
+  metrics::Counter c;
+  {
+    metrics::LabelHold first("tier", "ram::gone");
+    metrics::LabelHold second("tier", "ram::gone");  // the CTE's tier and its device hold it both
+    c = metrics::GetCounter("t_held_total", "Held", {{"tier", "ram::gone"}});
+    c.Add(5);
+    CHECK(metrics::Scrape().find(line + "5\n") != std::string::npos);
+    metrics::LabelHold moved = std::move(first);  // a move keeps one hold
+    { metrics::LabelHold gone = std::move(second); }
+    CHECK(metrics::Scrape().find(line + "5\n") != std::string::npos);
+  }
+  CHECK(metrics::Scrape().find(line) == std::string::npos);  // the tier is gone: so are its series
+  metrics::Counter other = metrics::GetCounter("t_held_total", "Held", {{"tier", "never_held"}});
+  other.Add();
+  CHECK(metrics::Scrape().find("t_held_total{tier=\"never_held\"} 1\n") != std::string::npos);
+  c.Add(1);  // a late increment through an old handle is safe, and stays hidden
+  CHECK(metrics::Scrape().find(line) == std::string::npos);
+  metrics::LabelHold again("tier", "ram::gone");
+  CHECK(metrics::Scrape().find(line + "6\n") != std::string::npos);  // back, still monotonic
+}
+
 TEST_CASE("outcome labels are the status codes in snake case") {
   CHECK(metrics::OutcomeLabel(Code::kOk) == "ok");
   CHECK(metrics::OutcomeLabel(Code::kIoError) == "io_error");

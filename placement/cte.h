@@ -328,7 +328,8 @@ class Cte {
     std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here
     std::atomic<uint64_t> drained_bytes{0};
     std::atomic<uint64_t> drained_copies{0};
-    // Series labelled with this tier (placement/cte_metrics.cc).
+    // Series labelled with this tier (placement/cte_metrics.cc), exported while it lives.
+    metrics::LabelHold hold;
     metrics::Counter placements, placed_bytes;      // writes that landed here
     metrics::Counter passed_full, passed_refused;   // writes that fell through to a later tier
     metrics::Counter passed_dirty_limit;

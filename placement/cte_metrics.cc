@@ -24,6 +24,7 @@ void Cte::InitMetrics() {
 
 void Cte::LabelTier(Tier& t) {
   const metrics::Labels tier = {{"tier", t.name}};
+  t.hold = metrics::LabelHold("tier", t.name);
   t.placements = metrics::GetCounter("clio_cte_placements_total", "Blob writes placed on a tier", tier);
   t.placed_bytes = metrics::GetCounter("clio_cte_placed_bytes_total", "Bytes of blob writes placed on a tier", tier);
   const char* passed = "clio_cte_placement_fallthroughs_total";

@@ -20,6 +20,7 @@ class InstrumentedBdev final : public Bdev {
  public:
   InstrumentedBdev(std::unique_ptr<Bdev> inner, std::string type_label)
       : inner_(std::move(inner)),
+        hold_("tier", inner_->config().name),
         labels_{{"tier", inner_->config().name},
                 {"type", type_label.empty() ? std::string(BdevTypeName(inner_->config().type))
                                             : std::move(type_label)}} {
@@ -127,6 +128,7 @@ class InstrumentedBdev final : public Bdev {
   }
 
   const std::unique_ptr<Bdev> inner_;
+  const metrics::LabelHold hold_;  // this tier's series are exported while it lives
   const metrics::Labels labels_;
   std::array<metrics::Counter, kOpNames.size()> ok_;
   std::array<metrics::Counter, kOpNames.size()> bytes_;

@@ -1204,7 +1204,8 @@ def scenario_tier_ops(env):
     once drained; a wrong tier name, a bad value and a stopped daemon each give their exit
     code."""
     env.check_binaries(env.clio_run, env.clio_fuse, env.clioctl)
-    env.write_config()
+    port = free_port()
+    env.write_config(env.config_text().replace('  num_threads: 4\n', f'  num_threads: 4\n  http_port: {port}\n', 1))
     env.start_runtime()
     env.mount()
     files = {f"f{i}.bin": os.urandom(300000 + i * 77777) for i in range(6)}
@@ -1298,9 +1299,16 @@ def scenario_tier_ops(env):
     check(proc.returncode == 0, f"drain of the added tier: exit {proc.returncode}\n{_text(out)}{_text(tty_out)}")
     check(b"0 B left" in tty_out and b"moved" in tty_out and b"/s" in tty_out,
           f"no progress line on the terminal: {tty_out!r}")
+    values, _ = scrape(port)
+    check(any(f'tier="{added["name"]}"' in k for k in values), "/metrics has no series of the added tier")
     cp = ctl("tier", "rm", added_path, "--json")
     check(cp.returncode == 0 and json.loads(_text(cp.stdout))["removed"], "tier rm\n" + describe(cp))
     check(added["name"] not in {t["name"] for t in env.tier_stat()}, "the removed tier is still listed")
+    # Its series leave /metrics with it (a pool name must not live on in the export).
+    values, _ = scrape(port)
+    left = [k for k in values if f'tier="{added["name"]}"' in k]
+    check(not left, f"/metrics still has series of the removed tier: {left[:5]}")
+    check(any(f'tier="{disk["name"]}"' in k for k in values), "/metrics lost the remaining tiers' series")
     for rel, data in files.items():
         check_exact(os.path.join(env.mnt, rel), data, "after removing the added tier")
     cp = ctl("tier", "add", os.path.join(env.T, "bad.dat"), "capacity_limit=12XB")
