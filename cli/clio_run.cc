@@ -103,11 +103,17 @@ Result<std::unique_ptr<FuseMount>> MountInRuntime(Runtime& rt, const FuseMountOp
 // Undo() removes them (with what the pools made there) after a start that failed composing.
 class MadeHere {
  public:
-  MadeHere(const std::string& state_dir, const std::string& metadata_path) {
+  MadeHere(const std::string& state_dir, const std::string& metadata_path) : metadata_path_(metadata_path) {
     for (const std::string& p : {state_dir, metadata_path})
       if (!p.empty() && ::access(p.c_str(), F_OK) != 0 && errno == ENOENT) fresh_.push_back(p);
   }
   void Undo() {
+    // Another start on the same new directories (racing this one) may hold the metadata now
+    // that this one let it go: then they are its, not this start's to remove.
+    if (MetadataHeldElsewhere()) {
+      CLIO_LOG_WARN("{} is in use by another process: the state this failed start made is left", metadata_path_);
+      return;
+    }
     for (const std::string& p : fresh_) {
       std::error_code ec;
       const auto n = std::filesystem::remove_all(p, ec);
@@ -117,6 +123,19 @@ class MadeHere {
   }
 
  private:
+  // Whether another process holds RocksDB's lock (a POSIX record lock on metadata/LOCK).
+  bool MetadataHeldElsewhere() const {
+    const int fd = ::open((metadata_path_ + "/LOCK").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    const bool held = ::fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
+    ::close(fd);
+    return held;
+  }
+
+  std::string metadata_path_;
   std::vector<std::string> fresh_;
 };
 

@@ -67,7 +67,7 @@ int Locate(const CommandContext& ctx, const std::string& path, const std::string
   }
   std::free(real);
   std::free(root);
-  const fsproto::Locate req{.ino = static_cast<uint64_t>(where->st.st_ino), .path = inside};
+  const fsproto::Locate req{.ino = static_cast<uint64_t>(where->st.st_ino), .path = {inside}};
   auto raw = c->client->Call(*pool, static_cast<uint32_t>(fsproto::Locate::kMethod), fsproto::Encode(req));
   if (!raw.ok()) return Fail("'" + path + "' (inode " + std::to_string(where->st.st_ino) + "): " + raw.status().ToString());
   auto loc = DecodeFileLocation(*raw);

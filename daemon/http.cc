@@ -238,11 +238,14 @@ std::string ClientOf(const Poco::Net::StreamSocket& s) {
   return uid == kUnknownOwner ? "address " + peer.host().toString() : "uid " + std::to_string(uid);
 }
 
-class Connection : public Poco::Net::TCPServerConnection {
+// An HTTP connection that first checks its client's share of the threads. Built as the
+// HTTPServerConnection itself (not a wrapper that makes one later), so that it hears a stop
+// (AbortAll) from the moment it exists.
+class Connection : public Poco::Net::HTTPServerConnection {
  public:
   Connection(const Poco::Net::StreamSocket& s, Poco::Net::HTTPServerParams::Ptr params,
              Poco::Net::HTTPRequestHandlerFactory::Ptr handlers, Admission* admission)
-      : TCPServerConnection(s), params_(std::move(params)), handlers_(handlers), admission_(admission) {}
+      : HTTPServerConnection(s, std::move(params), std::move(handlers)), admission_(admission) {}
   void run() override {
     std::string who;
     try {
@@ -260,12 +263,10 @@ class Connection : public Poco::Net::TCPServerConnection {
       const std::string& w;
       ~Left() { a->Leave(w); }
     } left{admission_, who};
-    Poco::Net::HTTPServerConnection(socket(), params_, handlers_).run();
+    HTTPServerConnection::run();
   }
 
  private:
-  Poco::Net::HTTPServerParams::Ptr params_;
-  Poco::Net::HTTPRequestHandlerFactory::Ptr handlers_;
   Admission* admission_;
 };
 

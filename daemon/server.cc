@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -57,6 +58,14 @@ struct Connection {
   int client_wake = -1;
   std::atomic<int> in_request{0};  // requests running now (the reaper closes only an idle one)
   uint32_t tcp_owner = kUnknownOwner;  // TCP: the local uid that connected (LocalTcpOwner)
+  // While a frame waits for the in-flight budget: its timer, which closing the connection
+  // cancels (on the connection's strand) so that the wait ends with it.
+  std::shared_ptr<asio::steady_timer> budget_wait;
+  void Close() {
+    boost::system::error_code ec;
+    sock.close(ec);
+    if (budget_wait) budget_wait->cancel();
+  }
   ~Connection() {
     if (client_wake >= 0) ::close(client_wake);
   }
@@ -162,10 +171,16 @@ std::shared_ptr<const Peer> TokenPeer() {
 class Server::Impl {
  public:
   Impl(Options o, Dispatcher d, AsyncDispatcher a)
-      : options_(std::move(o)), dispatch_(std::move(d)), async_(std::move(a)), costs_(options_.slow_task_us),
+      : options_(WithLimits(std::move(o))), dispatch_(std::move(d)), async_(std::move(a)), costs_(options_.slow_task_us),
         slow_(1, std::max<uint32_t>(4, 4 * options_.threads), std::chrono::seconds(5)),
         homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
         unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
+
+  // A budget below one frame would keep the largest frames waiting for ever.
+  static Options WithLimits(Options o) {
+    o.max_inflight_bytes = std::max<uint64_t>(o.max_inflight_bytes, kMaxPayload);
+    return o;
+  }
 
   Status Listen() {
     const std::string& path = options_.socket_path;
@@ -242,7 +257,7 @@ class Server::Impl {
     {
       MutexLock l(&limits_mu_);
       budget_stopped_ = true;
-      budget_waiters_.clear();
+      budget_queue_.clear();
     }
     boost::system::error_code ec;
     unix_acceptor_.close(ec);
@@ -390,6 +405,7 @@ class Server::Impl {
 
   // TCP connections waiting for their hello, per owning uid: at most kMaxUnauthenticatedPerUid.
   bool AdmitUnauthenticated(uint32_t uid) {
+    if (uid == 0 || uid == ::geteuid()) return true;  // the administrators: the global cap only
     MutexLock l(&limits_mu_);
     int& n = unauthenticated_by_uid_[uid];
     if (n >= kMaxUnauthenticatedPerUid) return false;
@@ -399,36 +415,54 @@ class Server::Impl {
   template <typename Socket>
   void EndUnauthenticated(const Connection<Socket>& c) {
     --unauthenticated_;
+    if (c.tcp_owner == 0 || c.tcp_owner == ::geteuid()) return;
     MutexLock l(&limits_mu_);
     auto it = unauthenticated_by_uid_.find(c.tcp_owner);
     if (it != unauthenticated_by_uid_.end() && --it->second <= 0) unauthenticated_by_uid_.erase(it);
   }
 
-  // The in-flight payload budget: waits until `n` more bytes fit under runtime.max_inflight,
-  // then takes them. A frame is admitted whole (n is at most the frame limit, which the budget
-  // is never below), so waiting frames never hold part of it. A waiter sleeps on a timer that
-  // Release wakes (posted to the waiter's strand, where it runs only once the waiter sleeps).
-  asio::awaitable<void> Admit(uint64_t n) {
-    if (n == 0) co_return;
+  // The in-flight payload budget (runtime.max_inflight). A frame is admitted whole (n is at
+  // most the frame limit, which the budget is never below), so waiting frames hold none of it,
+  // and in order: a frame that does not fit waits in a FIFO, and later frames queue behind it
+  // (a big frame is not starved by small ones). A waiter sleeps on its timer; Release admits
+  // from the head of the queue and wakes those it admitted (a cancel posted to the waiter's
+  // strand, where it runs only once the waiter sleeps). Closing the connection (the hello
+  // deadline, the reaper, a stop) cancels the wait too: the frame then gives its place up.
+  struct BudgetWaiter {
+    std::shared_ptr<asio::steady_timer> timer;
+    uint64_t n = 0;
+    bool admitted = false;  // under limits_mu_
+  };
+  template <typename Socket>
+  asio::awaitable<bool> Admit(Connection<Socket>& conn, uint64_t n) {
+    if (n == 0) co_return true;
     auto ex = co_await asio::this_coro::executor;
-    std::shared_ptr<asio::steady_timer> wake;
+    auto waiter = std::make_shared<BudgetWaiter>();
+    {
+      MutexLock l(&limits_mu_);
+      if (budget_queue_.empty() && inflight_ + n <= options_.max_inflight_bytes) {
+        inflight_ += n;
+        co_return true;
+      }
+      waiter->timer = std::make_shared<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
+      waiter->n = n;
+      budget_queue_.push_back(waiter);
+      ++budget_waits_;
+    }
+    conn.budget_wait = waiter->timer;
     boost::system::error_code ec;
     while (true) {
-      {
-        MutexLock l(&limits_mu_);
-        if (inflight_ + n <= options_.max_inflight_bytes) {
-          inflight_ += n;
-          break;
-        }
-        if (!wake) {
-          wake = std::make_shared<asio::steady_timer>(ex);
-          ++budget_waits_;
-        }
-        wake->expires_at(asio::steady_timer::time_point::max());
-        budget_waiters_.push_back(wake);
+      co_await waiter->timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      MutexLock l(&limits_mu_);
+      if (waiter->admitted) break;
+      if (!conn.sock.is_open() || budget_stopped_) {
+        std::erase(budget_queue_, waiter);
+        conn.budget_wait.reset();
+        co_return false;
       }
-      co_await wake->async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
+    conn.budget_wait.reset();
+    co_return true;
   }
   void Release(uint64_t n) {
     if (n == 0) return;
@@ -437,20 +471,28 @@ class Server::Impl {
       MutexLock l(&limits_mu_);
       inflight_ -= n;
       if (budget_stopped_) return;  // Run() has ended: the workers' contexts are going
-      woken.swap(budget_waiters_);
+      while (!budget_queue_.empty() && inflight_ + budget_queue_.front()->n <= options_.max_inflight_bytes) {
+        const std::shared_ptr<BudgetWaiter> w = budget_queue_.front();
+        budget_queue_.pop_front();
+        inflight_ += w->n;
+        w->admitted = true;
+        woken.push_back(w->timer);
+      }
     }
     for (auto& t : woken) asio::post(t->get_executor(), [t] { t->cancel(); });
   }
-  // Releases a frame's share of the budget when its turn ends, whichever way, and with it a
+  // A frame's share of the budget, given back once its task has run (before its answer is
+  // sent: a client slow to read an answer holds no budget) or when the session ends, with a
   // payload buffer larger than a chunk (a connection keeps at most that between frames).
   struct Admitted {
     Impl* s;
     uint64_t n;
     std::string* payload;
-    ~Admitted() {
+    void Done() {
       if (payload->capacity() > kPayloadChunk) std::string().swap(*payload);
-      s->Release(n);
+      s->Release(std::exchange(n, 0));
     }
+    ~Admitted() { Done(); }
   };
 
   // A request that ran (not one refused for an unknown pool or method, which a client may
@@ -565,7 +607,7 @@ class Server::Impl {
     co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (!conn->authenticated && conn->sock.is_open()) {
       CLIO_LOG_WARN("TCP client said no hello within {} s: connection closed", kHelloDeadline.count());
-      conn->sock.close(ec);
+      conn->Close();
     }
   }
 
@@ -589,8 +631,7 @@ class Server::Impl {
         if constexpr (kTcp) {
           // Closed now, not when the hello deadline's timer lets go of the connection: a dropped
           // peer's socket must not outlive its session.
-          boost::system::error_code ec;
-          c->sock.close(ec);
+          c->Close();
         }
         if constexpr (!kTcp) {
           s->Unregister(id);
@@ -622,8 +663,10 @@ class Server::Impl {
       // their clients' sends block in the kernel. The payload grows as its bytes arrive: a peer
       // that announces a 64 MiB frame and sends nothing costs what it sent, not 64 MiB. Plain
       // co_await statements (g++ 12).
-      co_await Admit(h.payload_len);
-      const Admitted admitted{this, h.payload_len, &payload};
+      bool admitted_now = false;
+      admitted_now = co_await Admit(*conn, h.payload_len);
+      if (!admitted_now) co_return;  // closed while it waited
+      Admitted admitted{this, h.payload_len, &payload};
       payload.clear();
       // Admitted, the whole frame is counted: its buffer is reserved at once (address space,
       // no pages until bytes arrive), so growing it never copies.
@@ -649,6 +692,7 @@ class Server::Impl {
       if (IsTransportMethod(h)) r = Transport(*conn, h, payload);
       else r = co_await RunTask(h, payload, conn->peer);
       --conn->in_request;
+      admitted.Done();
       if (kTcp && !was_authenticated && conn->authenticated) EndUnauthenticated(*conn);
       // A failed handshake step (a wrong proof, a step out of order): the answer says why, and
       // the connection ends.
@@ -881,7 +925,7 @@ class Server::Impl {
       ++reaped_;
       asio::post(c->sock.get_executor(), [c] {
         boost::system::error_code ec;
-        c->sock.close(ec);  // the session's read fails: it ends, and the channel with it
+        c->Close();  // the session's read (or budget wait) fails: it ends, and the channel with it
         if (c->wake) c->wake->close(ec);
       });
     }
@@ -898,7 +942,7 @@ class Server::Impl {
   mutable Mutex limits_mu_;
   uint64_t inflight_ GUARDED_BY(limits_mu_) = 0;  // payload bytes admitted and not yet answered
   bool budget_stopped_ GUARDED_BY(limits_mu_) = false;
-  std::vector<std::shared_ptr<asio::steady_timer>> budget_waiters_ GUARDED_BY(limits_mu_);
+  std::deque<std::shared_ptr<BudgetWaiter>> budget_queue_ GUARDED_BY(limits_mu_);  // FIFO
   std::map<uint32_t, int> reader_connections_ GUARDED_BY(limits_mu_);  // by uid
   std::map<uint32_t, int> unauthenticated_by_uid_ GUARDED_BY(limits_mu_);  // TCP, by owning uid
   std::atomic<uint64_t> budget_waits_{0};  // frames that waited for the budget, ever

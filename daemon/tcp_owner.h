@@ -1,6 +1,6 @@
 // Which local user opened a TCP connection: a loopback client is a process of this machine,
-// and the kernel's table of TCP sockets (/proc/net/tcp, tcp6) names the uid that owns its
-// end. The TCP transport and the HTTP server cap connections per owner with it
+// and the kernel names the uid that owns its end (one NETLINK_SOCK_DIAG lookup of the exact
+// connection; the table in /proc/net/tcp, tcp6 where netlink is not allowed). The TCP transport and the HTTP server cap connections per owner with it
 // (docs/security.md, "Limits").
 #pragma once
 

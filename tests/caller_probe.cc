@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
     uint32_t fs = 0;
     for (const PoolInfo& p : pools->pools)
       if (p.module == "clio_fs") fs = p.id;
-    auto r = c.Call(fs, M(FsMethod::kLocate), fsproto::Encode(fsproto::Locate{.ino = ino, .path = path}));
+    auto r = c.Call(fs, M(FsMethod::kLocate), fsproto::Encode(fsproto::Locate{.ino = ino, .path = {path}}));
     const bool denied = !r.ok() && r.status().code() == Code::kPermissionDenied;
     const bool ok = allow ? r.ok() : denied;
     ++calls;

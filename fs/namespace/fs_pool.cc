@@ -282,28 +282,29 @@ constexpr size_t kMaxLocatePath = 4096;
 
 Status FsPool::MayLocate(const Peer& peer, const fsproto::Locate& r) {
   if (peer.May(CallerClass::kMount)) return Status::Ok();
-  if (r.path.empty())
+  const std::string& path = r.path.value;
+  if (path.empty())
     return Status(Code::kPermissionDenied, "locate: " + peer.Describe() +
                                                " must name the file's path from the mount's root (the runtime "
                                                "checks it as the kernel would)");
-  if (r.path.size() > kMaxLocatePath) return Status(Code::kNameTooLong, "locate: a path over 4096 bytes");
+  if (path.size() > kMaxLocatePath) return Status(Code::kNameTooLong, "locate: a path over 4096 bytes");
   CLIO_ASSIGN_OR_RETURN(InodeAttr at, ns_->GetAttr(kRootIno));
   std::string walked;
   size_t pos = 0;
-  while (pos <= r.path.size()) {
-    const size_t slash = std::min(r.path.find('/', pos), r.path.size());
-    const std::string_view name = std::string_view(r.path).substr(pos, slash - pos);
+  while (pos <= path.size()) {
+    const size_t slash = std::min(path.find('/', pos), path.size());
+    const std::string_view name = std::string_view(path).substr(pos, slash - pos);
     pos = slash + 1;
     if (name.empty() || name == ".") continue;
     if (name == "..")
-      return InvalidArgument("locate: the path '" + r.path + "' has '..': send it resolved (realpath)");
+      return InvalidArgument("locate: the path '" + path + "' has '..': send it resolved (realpath)");
     if (!S_ISDIR(at.mode)) return Status(Code::kNotDirectory, "locate: '" + walked + "' is not a directory");
     if (!PeerMay(peer, at, 01)) return LocateRefused(peer, at, walked.empty() ? "the mount's root" : "'" + walked + "'");
     CLIO_ASSIGN_OR_RETURN(at, ns_->Lookup(at.ino, name));
     walked += (walked.empty() ? "" : "/") + std::string(name);
   }
   if (at.ino != r.ino)
-    return Status(Code::kPermissionDenied, "locate: '" + r.path + "' is inode " + std::to_string(at.ino) + ", not " +
+    return Status(Code::kPermissionDenied, "locate: '" + path + "' is inode " + std::to_string(at.ino) + ", not " +
                                                std::to_string(r.ino) + " (" + peer.Describe() +
                                                " locates a file by its own path)");
   if (!PeerMay(peer, at, 04)) return LocateRefused(peer, at, "'" + walked + "'");

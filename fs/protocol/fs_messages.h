@@ -291,8 +291,8 @@ struct Fallocate {
 struct Locate {
   CLIO_FS_REQUEST(Locate, kLocate, Raw);
   uint64_t ino = 0;
-  std::string path;
-  template <class S, class F> static void Fields(S& s, F&& f) { f(s.ino), f(s.path); }
+  Trailing<std::string> path;  // absent from clients older than the check (root's still work)
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.ino); f(s.path); }
 };
 struct Attach {
   CLIO_FS_REQUEST(Attach, kAttach, AttachReply);

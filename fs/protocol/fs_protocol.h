@@ -120,7 +120,7 @@ enum class FsMethod : uint32_t {
   kListXattr,
   kRemoveXattr,
   kFallocate,
-  kLocate,  // u64 ino -> EncodeFileLocation (`clioctl locate`; not sent by clio-fuse)
+  kLocate,  // u64 ino [, path from the mount's root] -> EncodeFileLocation (`clioctl locate`)
   // -> u64 incarnation: a random number per start of the namespace. clio-fuse asks it at mount
   // and after its connection to the runtime broke, to tell a runtime restart.
   kAttach,

@@ -347,7 +347,9 @@ def scenario_frame_budget(env):
       connections, with max_inflight 64MiB, are read one at a time, so the runtime's peak memory
       grows by about one frame, not eight (the peak is read after every answer came: no timing)."""
     env.check_binaries(env.clio_run, env.clioctl)
-    env.write_config(env.config_text().replace("  num_threads: 4\n", "  num_threads: 4\n  max_inflight: 64MiB\n"))
+    http_port = free_port()
+    env.write_config(env.config_text().replace(
+        "  num_threads: 4\n", f"  num_threads: 4\n  max_inflight: 64MiB\n  http_port: {http_port}\n"))
     # Under ASan a freed buffer waits in a quarantine, resident: the peak would count every
     # frame's buffer whatever the budget. Without it, freed frames leave as they would.
     saved = os.environ.get("ASAN_OPTIONS")
@@ -436,6 +438,12 @@ def scenario_frame_budget(env):
                              f"64 MiB budget: they were read at once ({frames * 48} MiB)")
     cp = run_cmd([env.clioctl, "stat"], env=env.env())
     check(cp.returncode == 0, "clioctl stat after the frames:\n" + describe(cp))
+    # Each frame gave its share back before its answer went out: nothing is left in flight.
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=60) as r:
+        text = r.read().decode()
+    inflight = [line for line in text.splitlines() if line.startswith("clio_runtime_inflight_bytes ")]
+    check(inflight == ["clio_runtime_inflight_bytes 0"], f"after every answer, /metrics says {inflight}")
 
 
 def scenario_state_modes(env):
@@ -463,6 +471,15 @@ def scenario_state_modes(env):
     check(not os.path.exists(env.state), "a start refused for its config left the state directory it made: "
           + (", ".join(sorted(os.listdir(env.state))) if os.path.isdir(env.state) else ""))
     check(not os.path.exists(f"/dev/shm/{env.ram_name}_node0"), "a refused start left the RAM tier's segment")
+    # A state directory that was there before is the operator's: the same refusal keeps it.
+    os.makedirs(env.state, mode=0o700)
+    marker = os.path.join(env.state, "keep-me")
+    with open(marker, "w") as f:
+        f.write("x")
+    cp = run_cmd([env.clio_run, "start"], env=env.env())
+    check(cp.returncode == 2, f"the bad chunk_size again: exit {cp.returncode}, not 2\n" + describe(cp))
+    check(os.path.exists(marker), "a refused start removed a state directory it did not make")
+    shutil.rmtree(env.state)
 
     env.write_config()
     os.makedirs(env.state, mode=0o755)
