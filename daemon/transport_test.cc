@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "common/codec.h"
+#include "common/metrics.h"
 #include "daemon/ipc.h"
 #include "daemon/runtime.h"
 #include "daemon/test_serving.h"
@@ -688,4 +689,84 @@ TEST_CASE("an asynchronous task yields its worker while it awaits a device or a 
   }
   (void)rt.StopPools();
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// The value of an unlabelled series in this process's /metrics text.
+double Series(const std::string& name) {
+  const std::string text = metrics::Scrape();
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+}  // namespace
+
+TEST_CASE("a frame past runtime.max_inflight waits unread, in turn, and its wait ends with its connection") {
+  const uint32_t port = FreePort();
+  Node n("  tcp_port: " + std::to_string(port) + "\n  max_inflight: 64MiB\n");
+  const std::string sock = n.rt->config().socket_path;
+  const double waits_before = Series("clio_runtime_inflight_waits_total");
+  // A: a frame that takes all but 32 bytes of the budget, its payload held back.
+  const uint32_t big = (64u << 20) - 32;
+  int a = RawConnect(sock.c_str(), false, 0, 0);
+  REQUIRE(a >= 0);
+  RequestHeader ha;
+  ha.pool = 7;
+  ha.method = 1;
+  ha.request_id = 1;
+  ha.payload_len = big;
+  REQUIRE(::send(a, &ha, sizeof ha, MSG_NOSIGNAL) == sizeof ha);
+  REQUIRE(Eventually([] { return Series("clio_runtime_inflight_bytes") == (64u << 20) - 32; }));
+  // B: a TCP peer's Hello of 64 bytes does not fit: it waits. It never completes its hello, so
+  // the hello deadline closes it, and its wait (and session) ends with the connection.
+  int b = ConnectLoopback(port);
+  RequestHeader hb;
+  hb.method = static_cast<uint32_t>(AdminMethod::kHello);
+  hb.payload_len = 64;
+  REQUIRE(::send(b, &hb, sizeof hb, MSG_NOSIGNAL) == sizeof hb);
+  REQUIRE(Eventually([&] { return Series("clio_runtime_inflight_waits_total") >= waits_before + 1; }));
+  char c;
+  CHECK(::recv(b, &c, 1, 0) == 0);  // closed by the deadline
+  ::close(b);
+  CHECK(Eventually([&] { return n.Stats().tcp_connections == 0; }));
+  // C: a small frame waits too (the budget is A's), and is answered once A's task has run.
+  int cfd = RawConnect(sock.c_str(), false, 0, 0);
+  REQUIRE(cfd >= 0);
+  const std::string small(100, 's');
+  RequestHeader hc;
+  hc.pool = 7;
+  hc.method = 1;
+  hc.request_id = 2;
+  hc.payload_len = static_cast<uint32_t>(small.size());
+  REQUIRE(::send(cfd, &hc, sizeof hc, MSG_NOSIGNAL) == sizeof hc);
+  REQUIRE(::send(cfd, small.data(), small.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(small.size()));
+  REQUIRE(Eventually([&] { return Series("clio_runtime_inflight_waits_total") >= waits_before + 2; }));
+  // A's payload arrives; A's answer (its echo) is read after C's, which must not need it.
+  std::thread sender([&] {
+    const std::string payload(big, 'a');
+    size_t sent = 0;
+    while (sent < payload.size()) {
+      const ssize_t k = ::send(a, payload.data() + sent, payload.size() - sent, MSG_NOSIGNAL);
+      if (k <= 0) break;
+      sent += static_cast<size_t>(k);
+    }
+  });
+  ResponseHeader rc;
+  REQUIRE(::recv(cfd, &rc, sizeof rc, MSG_WAITALL) == sizeof rc);
+  CHECK(rc.code == 0);
+  std::string echoed(rc.payload_len, '\0');
+  REQUIRE(::recv(cfd, echoed.data(), echoed.size(), MSG_WAITALL) == static_cast<ssize_t>(echoed.size()));
+  CHECK(echoed == small);
+  ResponseHeader ra;
+  REQUIRE(::recv(a, &ra, sizeof ra, MSG_WAITALL) == sizeof ra);
+  CHECK(ra.code == 0);
+  CHECK(ra.payload_len == big);
+  std::string answer(ra.payload_len, '\0');
+  REQUIRE(::recv(a, answer.data(), answer.size(), MSG_WAITALL) == static_cast<ssize_t>(answer.size()));
+  sender.join();
+  CHECK(Series("clio_runtime_inflight_bytes") == 0);
+  ::close(a);
+  ::close(cfd);
 }
