@@ -8,14 +8,18 @@
 // Large aligned writes go through an O_DIRECT descriptor where the filesystem has one
 // (IoOptions::direct_writes). The identity (st_dev, st_ino) of the opened file is recorded;
 // Write, growth and Sync refuse to go on once the path names another file.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "common/log.h"
 #include "daemon/confine.h"
@@ -39,11 +43,47 @@ std::string EncodeFileTierHeader(const TierHeader& h) {
   return out;
 }
 
+// An exclusive flock on a tier file, held while a bdev has it open: a second runtime (or a
+// second pool of this one) naming the same file would allocate over the first's blocks.
+class TierFileLock {
+ public:
+  TierFileLock() = default;
+  explicit TierFileLock(int fd) : fd_(fd) {}
+  TierFileLock(TierFileLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  TierFileLock& operator=(TierFileLock&&) = delete;
+  ~TierFileLock() {
+    if (fd_ >= 0) ::close(fd_);  // the lock goes with its descriptor
+  }
+
+  // Locks the file `io` has open (by its path, checked to be the same file).
+  static Result<TierFileLock> Take(const std::string& path, IoFile& io) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return Status::FromErrno(errno, "tier file " + path + ": opening it to lock it");
+    TierFileLock lock(fd);
+    struct stat st {};
+    CLIO_ASSIGN_OR_RETURN(FileIdentity opened, io.Identity());
+    if (::fstat(fd, &st) != 0 || FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)} != opened)
+      return Status(Code::kBusy, "tier file " + path + " was replaced while it was being opened");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK)
+        return Status(Code::kBusy, "tier file " + path +
+                                       " is in use: another runtime, or another pool of this one, has it open "
+                                       "(each tier needs a file of its own)");
+      return Status::FromErrno(errno, "tier file " + path + ": flock");
+    }
+    return lock;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 class FileBdev final : public BdevBase {
  public:
   FileBdev(BdevConfig config, uint64_t tier_id, uint64_t capacity, std::unique_ptr<IoFile> io,
-           std::unique_ptr<AllocLog> log, FileIdentity identity)
+           std::unique_ptr<AllocLog> log, FileIdentity identity, TierFileLock lock)
       : BdevBase(std::move(config), tier_id, capacity, /*growable=*/true, log.get()),
+        lock_(std::move(lock)),
         io_(std::move(io)),
         log_(std::move(log)),
         fail_marker_(config_.name + ".fail"),
@@ -203,6 +243,7 @@ class FileBdev final : public BdevBase {
     }
   }
 
+  const TierFileLock lock_;  // before io_: held until the file is closed
   const std::unique_ptr<IoFile> io_;
   const std::unique_ptr<AllocLog> log_;  // null for an explicitly volatile file tier
   const std::string fail_marker_;
@@ -231,6 +272,8 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
   IoOptions data_io = c.io;
   data_io.direct_writes = true;  // skipped where unsupported and in fault-injection mode
   CLIO_ASSIGN_OR_RETURN(auto io, OpenIoFile(c.name, data_io));
+  // Locked before its header is read or written.
+  CLIO_ASSIGN_OR_RETURN(TierFileLock lock, TierFileLock::Take(c.name, *io));
   CLIO_ASSIGN_OR_RETURN(uint64_t size, io->Size());
   TierHeader hdr;
   if (size == 0) {
@@ -292,7 +335,7 @@ Result<std::unique_ptr<Bdev>> OpenFileBdev(const BdevConfig& config) {
 
   const uint64_t id = hdr.tier_id;
   auto bdev = std::make_unique<FileBdev>(std::move(c), id, capacity, std::move(io),
-                                         std::move(log), identity);
+                                         std::move(log), identity, std::move(lock));
   CLIO_RETURN_IF_ERROR(bdev->Start(replay, size - kDataStart));
   return std::unique_ptr<Bdev>(std::move(bdev));
 }

@@ -118,6 +118,26 @@ TEST_CASE("file bdev: a backing file swapped under the path fails Write, growth 
   CHECK(Slurp(c.name) == std::string(8192, 'i'));
 }
 
+TEST_CASE("file bdev: a tier file open in one bdev is refused to a second, and free once closed") {
+  TempDir dir;
+  BdevConfig c = FileConfig(dir, "shared.dat", 8 * kMiB, kMiB);
+  auto first = MustOpen(c);
+  ExtentList e = MustAllocate(first.get(), 8192);
+  REQUIRE(first->Write(e, 0, "mine").ok());
+  auto second = Bdev::Open(c);
+  CHECK(second.status().code() == Code::kBusy);
+  CHECK(second.status().message().find(c.name) != std::string::npos);
+  CHECK(second.status().message().find("in use") != std::string::npos);
+  // (Another process is refused the same way: a flock belongs to the open file, and any other
+  // open of the file, in this process or another, conflicts with it. e2e_pool_ops shows it
+  // through `pool create` on the CTE's own tier file.)
+  first.reset();
+  auto again = MustOpen(c);  // closed: the lock went with it
+  std::string back(4, '\0');
+  REQUIRE(again->Read(e, 0, 4, back.data()).ok());
+  CHECK(back == "mine");
+}
+
 TEST_CASE("file bdev: large aligned writes use the O_DIRECT descriptor where there is one") {
   TempDir dir;
   if (!SupportsDirect(dir.path())) {

@@ -2192,6 +2192,11 @@ def scenario_pool_ops(env):
     refused(("pool", "create", "clio_bdev", os.path.join(env.state, "link", "x.dat"), "bdev_type=file",
              "capacity=32MB"), 1, r"leaves its directory", "a path through a symbolic link")
     check(not os.path.exists(os.path.join(env.T, "x.dat")), "a pool create followed a symbolic link")
+    # The CTE's own tier file is locked while it is open: a second device on it is refused.
+    tier_file = os.path.join(env.state, "tiers", "disk.dat_node0")
+    check(os.path.exists(tier_file), f"no tier file at {tier_file}")
+    refused(("pool", "create", "clio_bdev", tier_file, "bdev_type=file", "capacity=32MB"), 1, r"is in use",
+            "a pool on the CTE's open tier file")
     dev = os.path.join(env.state, "extra.dat")
     cp = ctl("pool", "create", "clio_bdev", dev, "bdev_type=file", "capacity=32MB", "growth_unit=8MB",
              "--restart")
