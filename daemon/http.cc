@@ -208,7 +208,7 @@ class Factory : public Poco::Net::HTTPRequestHandlerFactory {
 // that owns the connecting socket, or its address when it is not on this machine) holds at
 // most kMaxPerClient of them at once; its next connection is closed unanswered.
 constexpr int kHttpThreads = 16;
-constexpr int kMaxPerClient = 4;
+constexpr int kMaxPerClient = 6;  // what a browser opens to one host at most
 
 class Admission {
  public:
