@@ -1,6 +1,6 @@
 // Round trips of a noop task (the admin pool's Ping) over each client transport, beside a bare
 // ping-pong over the same kind of channel, in one run; then noop tasks per second with 1, 2
-// and 8 client threads per transport. The runtime runs in this process (its own worker
+// and 8 client threads per transport, TCP also under TLS. The runtime runs in this process (its own worker
 // threads, real sockets, futexes and eventfds); the bare ping-pongs run between two threads.
 //
 //   ipc_bench [round trips per figure (20000)] [seconds per throughput figure (1)]
@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,8 @@
 #include "daemon/ipc.h"
 #include "daemon/runtime.h"
 #include "daemon/shm_channel.h"
+#include "daemon/test_certs.h"
+#include "daemon/test_serving.h"
 
 using namespace clio;
 using Clock = std::chrono::steady_clock;
@@ -162,6 +166,29 @@ double Throughput(const RuntimeClient::Options& o, int threads, double seconds) 
   return static_cast<double>(done.load()) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// A runtime of this process on a fresh state directory under `dir`, its TCP transport on a free
+// port (with `keys`, more runtime: lines), served on its own thread until destroyed.
+struct Served {
+  std::unique_ptr<Runtime> rt;
+  std::thread serve;
+  Served(const std::string& dir, const std::string& keys) {
+    auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: 0\n  tcp_port: " +
+                                      std::to_string(testing::FreePort()) + "\n" + keys,
+                                  "ipc_bench.yaml");
+    if (!cfg.ok()) Die(cfg.status().ToString());
+    rt = std::make_unique<Runtime>(std::move(cfg).value());
+    if (Status s = rt->Compose(); !s.ok()) Die(s.ToString());
+    std::atomic<bool> ready{false};
+    serve = std::thread([&] { (void)rt->Serve([&] { ready = true; }); });
+    while (!ready) std::this_thread::yield();
+  }
+  ~Served() {
+    rt->RequestStop();
+    serve.join();
+    (void)rt->StopPools();
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,39 +196,36 @@ int main(int argc, char** argv) {
   const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 1.0;
   char tmpl[] = "/tmp/clio_ipc_bench_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  // A free TCP port for the runtime's TCP transport.
-  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  if (::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &alen) != 0)
-    Die("probe port");
-  ::close(probe);
-  auto cfg = ParseRuntimeConfig("runtime:\n  state_dir: " + dir + "\n  http_port: 0\n  tcp_port: " +
-                                    std::to_string(ntohs(a.sin_port)) + "\n",
-                                "ipc_bench.yaml");
-  if (!cfg.ok()) Die(cfg.status().ToString());
-  Runtime rt(std::move(cfg).value());
-  if (Status s = rt.Compose(); !s.ok()) Die(s.ToString());
-  std::atomic<bool> ready{false};
-  std::thread serve([&] { (void)rt.Serve([&] { ready = true; }); });
-  while (!ready) std::this_thread::yield();
+  // A second runtime serves TCP over TLS (a certificate made here), for the "tcp+tls" rows.
+  testing::Identity cert;
+  testing::MakeIdentity(&cert, dir, "runtime", false, "IP:127.0.0.1");
+  std::optional<Served> plain(std::in_place, dir + "/plain", "");
+  std::optional<Served> tls(std::in_place, dir + "/tls",
+                            "  tls_cert_file: " + cert.cert_file + "\n  tls_key_file: " + cert.key_file + "\n");
+  const Runtime& rt = *plain->rt;
 
   std::printf("round trip of a noop task (admin Ping), %zu calls each; runtime.num_threads %u\n", n,
               rt.config().num_threads);
   std::printf("%-10s %14s %14s %16s %16s %12s %12s\n", "transport", "median us", "p99 us", "bare median us",
               "bare p99 us", "median x", "p99 x");
+  // The clients of each row: the mode, and the runtime (TLS rows: the second one).
   struct Row {
+    const char* name;
     IpcMode mode;
+    const Runtime* runtime;
     std::function<Latency(size_t)> bare;
   };
-  const Row rows[] = {{IpcMode::kShm, ShmPingPong}, {IpcMode::kUnix, UnixPingPong}, {IpcMode::kTcp, TcpPingPong}};
-  for (const Row& row : rows) {
-    RuntimeClient::Options o = RuntimeClient::OptionsFor(rt.config());
+  const Row rows[] = {{"shm", IpcMode::kShm, &rt, ShmPingPong},
+                      {"unix", IpcMode::kUnix, &rt, UnixPingPong},
+                      {"tcp", IpcMode::kTcp, &rt, TcpPingPong},
+                      {"tcp+tls", IpcMode::kTcp, tls->rt.get(), TcpPingPong}};
+  auto options = [](const Row& row) {
+    RuntimeClient::Options o = RuntimeClient::OptionsFor(row.runtime->config());
     o.mode = row.mode;
-    auto c = RuntimeClient::Connect(o);
+    return o;
+  };
+  for (const Row& row : rows) {
+    auto c = RuntimeClient::Connect(options(row));
     if (!c.ok()) Die(c.status().ToString());
     // Alternate: runtime, bare, runtime, bare; report the better of each (less noise).
     Latency best{1e18, 1e18}, bare_best{1e18, 1e18};
@@ -213,23 +237,21 @@ int main(int argc, char** argv) {
       best = {std::min(best.median_us, r.median_us), std::min(best.p99_us, r.p99_us)};
       bare_best = {std::min(bare_best.median_us, b.median_us), std::min(bare_best.p99_us, b.p99_us)};
     }
-    std::printf("%-10s %14.1f %14.1f %16.1f %16.1f %12.2f %12.2f\n", std::string(IpcModeName(row.mode)).c_str(),
-                best.median_us, best.p99_us, bare_best.median_us, bare_best.p99_us, best.median_us / bare_best.median_us,
+    std::printf("%-10s %14.1f %14.1f %16.1f %16.1f %12.2f %12.2f\n", row.name, best.median_us, best.p99_us,
+                bare_best.median_us, bare_best.p99_us, best.median_us / bare_best.median_us,
                 best.p99_us / bare_best.p99_us);
   }
   std::printf("\nnoop tasks per second, %.1f s each\n%-10s %12s %12s %12s\n", seconds, "transport", "1 thread",
               "2 threads", "8 threads");
-  for (IpcMode mode : {IpcMode::kShm, IpcMode::kUnix, IpcMode::kTcp}) {
-    RuntimeClient::Options o = RuntimeClient::OptionsFor(rt.config());
-    o.mode = mode;
-    std::printf("%-10s", std::string(IpcModeName(mode)).c_str());
-    for (int threads : {1, 2, 8}) std::printf(" %12.0f", Throughput(o, threads, seconds));
+  for (const Row& row : rows) {
+    std::printf("%-10s", row.name);
+    for (int threads : {1, 2, 8}) std::printf(" %12.0f", Throughput(options(row), threads, seconds));
     std::printf("\n");
   }
-  std::printf("target: shm median round trip <= 2 x the bare shared-memory ping-pong\n");
-  rt.RequestStop();
-  serve.join();
-  (void)rt.StopPools();
+  std::printf("target: shm median round trip <= 2 x the bare shared-memory ping-pong; tcp+tls's bare column is "
+              "plain TCP, so its ratio is TLS's cost as well\n");
+  tls.reset();
+  plain.reset();
   std::filesystem::remove_all(dir);
   return 0;
 }

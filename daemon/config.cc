@@ -470,11 +470,24 @@ Result<RuntimeConfig> ParseRuntimeConfig(std::string_view yaml, std::string file
   CLIO_ASSIGN_OR_RETURN(uint64_t tcp_port, rt.UInt("tcp_port", 0));
   if (tcp_port > 65535) return rt.Error("tcp_port", "must be between 0 (no TCP transport) and 65535");
   cfg.tcp_port = static_cast<uint32_t>(tcp_port);
-  if (cfg.tcp_port != 0 && !IsLoopbackAddress(cfg.tcp_address))
+  CLIO_ASSIGN_OR_RETURN(cfg.tls_cert_file, rt.String("tls_cert_file", ""));
+  CLIO_ASSIGN_OR_RETURN(cfg.tls_key_file, rt.String("tls_key_file", ""));
+  CLIO_ASSIGN_OR_RETURN(cfg.tls_ca_file, rt.String("tls_ca_file", ""));
+  CLIO_ASSIGN_OR_RETURN(cfg.tls_server_name, rt.String("tls_server_name", ""));
+  if (cfg.tls_cert_file.empty() != cfg.tls_key_file.empty())
+    return rt.Error(cfg.tls_cert_file.empty() ? "tls_key_file" : "tls_cert_file",
+                    "set runtime.tls_cert_file and runtime.tls_key_file together: the runtime serves TLS with "
+                    "the certificate chain of one and the private key of the other");
+  if (!cfg.tls_server_name.empty() && !cfg.tls_client())
+    return rt.Error("tls_server_name", "names what the runtime's certificate must carry, but this config trusts no "
+                                       "certificate: set runtime.tls_ca_file (or, on the runtime's node, "
+                                       "runtime.tls_cert_file and runtime.tls_key_file)");
+  if (cfg.tcp_port != 0 && !IsLoopbackAddress(cfg.tcp_address) && !cfg.tls_client())
     return rt.Error("tcp_address", "'" + cfg.tcp_address +
-                                       "' is not a loopback address: TCP off this machine needs TLS, which CLIO does not "
-                                       "have yet (the token handshake alone leaves the stream open to injection); use "
-                                       "127.0.0.1 and a tunnel (ssh -L, WireGuard)");
+                                       "' is not a loopback address: TCP off this machine needs TLS (the token "
+                                       "handshake alone leaves the stream open to reading and injection); set "
+                                       "runtime.tls_cert_file and runtime.tls_key_file on the runtime's node, "
+                                       "runtime.tls_ca_file on a client's, or use 127.0.0.1");
   CLIO_ASSIGN_OR_RETURN(cfg.token_file, rt.String("token_file", ""));
   if (cfg.token_file.empty()) cfg.token_file = cfg.state_dir + "/token";
   CLIO_ASSIGN_OR_RETURN(uint64_t shm_bytes, rt.Size("shm_channel_size", kDefaultShmChannelBytes));

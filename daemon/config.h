@@ -88,7 +88,7 @@ std::string ComposeDocumentJson(const std::vector<const ConfigValue*>& entries);
 
 inline constexpr uint32_t kDefaultHttpPort = 8930;
 // 127.0.0.0/8, or ::1 (also as ::ffff:127.x.y.z): an address, as a server binds it. The TCP
-// transport and the HTTP actions, which carry no TLS, serve only such an address.
+// transport without TLS and the HTTP actions serve only such an address.
 bool IsLoopbackAddress(const std::string& address);
 
 // The longest runtime.socket_path: sockaddr_un's sun_path (108 bytes) less its NUL.
@@ -111,6 +111,13 @@ struct RuntimeConfig {
   // configured; a TCP client presents the token of `token_file` first.
   std::string tcp_address = "127.0.0.1";
   uint32_t tcp_port = 0;
+  // TLS on that transport (daemon/tls.h). The runtime serves TLS only when given its
+  // certificate chain and key (runtime.tls_cert_file, runtime.tls_key_file: both or neither),
+  // and must off loopback. A client speaks TLS when it has something to trust: the CA of
+  // runtime.tls_ca_file, else the runtime's certificate itself; it checks the name
+  // runtime.tls_server_name, default the tcp_address.
+  std::string tls_cert_file, tls_key_file, tls_ca_file, tls_server_name;
+  bool tls_client() const { return !tls_ca_file.empty() || !tls_cert_file.empty(); }
   // The node's secret (runtime.token_file, default ${CLIO_STATE_DIR}/token): made 0600 by the
   // runtime at start when missing. TCP clients present it in their Hello.
   std::string token_file;

@@ -49,6 +49,9 @@ TEST_CASE("bad configs name the file, the line and the key") {
       {"runtime:\n  tcp_address: \"\"\n", "t.yaml:2: runtime.tcp_address: must not be empty"},
       {"runtime:\n  tcp_address: 0.0.0.0\n  tcp_port: 7000\n", "t.yaml:2: runtime.tcp_address: '0.0.0.0' is not a loopback address: TCP off this machine needs TLS"},
       {"runtime:\n  tcp_address: \"::\"\n  tcp_port: 7000\n", "is not a loopback address"},
+      {"runtime:\n  tls_cert_file: /etc/c.pem\n", "t.yaml:2: runtime.tls_cert_file: set runtime.tls_cert_file and runtime.tls_key_file together"},
+      {"runtime:\n  tls_server_name: node1\n", "t.yaml:2: runtime.tls_server_name: names what the runtime's certificate must carry, but this config trusts no certificate"},
+      {"runtime:\n  tls_key_file: /etc/c.key\n", "t.yaml:2: runtime.tls_key_file: set runtime.tls_cert_file and runtime.tls_key_file together"},
       {"runtime:\n  shm_channel_size: 1k\n", "t.yaml:2: runtime.shm_channel_size: must be between 4KiB and 64MiB"},
       {"runtime:\n  shm_channel_size: 1GB\n", "t.yaml:2: runtime.shm_channel_size: must be between"},
       {"runtime:\n  shm_channel_size: lots\n", "t.yaml:2: runtime.shm_channel_size"},
@@ -83,6 +86,27 @@ TEST_CASE("bad configs name the file, the line and the key") {
     CHECK(r.status().code() == Code::kConfigError);
     CHECK(r.status().message().find(c.expect) != std::string::npos);
   }
+}
+
+TEST_CASE("TCP off loopback parses with TLS: the runtime's certificate and key, or a client's CA") {
+  auto server = ParseRuntimeConfig(
+      "runtime:\n  tcp_address: 0.0.0.0\n  tcp_port: 7000\n  tls_cert_file: /etc/clio/tls.pem\n"
+      "  tls_key_file: /etc/clio/tls.key\n",
+      "t.yaml");
+  REQUIRE_MESSAGE(server.ok(), server.status().ToString());
+  CHECK(server->tls_cert_file == "/etc/clio/tls.pem");
+  CHECK(server->tls_key_file == "/etc/clio/tls.key");
+  CHECK(server->tls_client());
+  auto client = ParseRuntimeConfig(
+      "runtime:\n  tcp_address: node1.example\n  tcp_port: 7000\n  tls_ca_file: /etc/clio/ca.pem\n"
+      "  tls_server_name: node1.example\n",
+      "t.yaml");
+  REQUIRE_MESSAGE(client.ok(), client.status().ToString());
+  CHECK(client->tls_ca_file == "/etc/clio/ca.pem");
+  CHECK(client->tls_server_name == "node1.example");
+  auto plain = ParseRuntimeConfig("runtime:\n  tcp_port: 7000\n", "t.yaml");
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain->tls_client());
 }
 
 TEST_CASE("ConfigReader validates sizes and unknown keys of a module entry") {

@@ -26,6 +26,8 @@
 #include "daemon/test_serving.h"
 
 using namespace clio;
+using testing::ConnectLoopback;
+using testing::FreePort;
 
 namespace {
 
@@ -51,18 +53,6 @@ std::string Get(uint32_t port, const std::string& path) {
   return Fetch(port, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n");
 }
 
-// A port nothing listens on now (bound to 0, read, closed).
-uint32_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 }  // namespace
 

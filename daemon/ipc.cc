@@ -23,6 +23,7 @@
 #include "common/codec.h"
 #include "daemon/config.h"
 #include "daemon/shm_channel.h"
+#include "daemon/tls.h"
 #include "daemon/token.h"
 
 namespace clio {
@@ -194,9 +195,13 @@ struct RuntimeClient::Conn {
   int fd = -1;
   pid_t owner = ::getpid();  // a forked child must not share its parent's connection
   IpcMode mode = IpcMode::kUnix;
+  std::unique_ptr<TlsStream> tls;  // TCP with TLS: the session over fd
   std::unique_ptr<ShmSegment> shm;
   int evfd = -1;  // the runtime's wake-up for this channel
+  Status Send(const void* data, size_t len) { return tls ? tls->WriteAll(data, len) : WriteAll(fd, data, len); }
+  Status Receive(void* data, size_t len) { return tls ? tls->ReadAll(data, len) : ReadAll(fd, data, len); }
   ~Conn() {
+    tls.reset();  // before its socket closes
     if (fd >= 0) ::close(fd);
     if (evfd >= 0) ::close(evfd);
   }
@@ -208,6 +213,9 @@ RuntimeClient::Options RuntimeClient::OptionsFor(const RuntimeConfig& config) {
   o.tcp_port = config.tcp_port;
   o.tcp_host = config.tcp_address;
   o.token_file = config.token_file;
+  o.tls_ca_file = config.tls_ca_file;
+  o.tls_cert_file = config.tls_cert_file;
+  o.tls_server_name = config.tls_server_name;
   o.shm_bytes = config.shm_channel_bytes;
   return o;
 }
@@ -236,6 +244,10 @@ Result<std::unique_ptr<RuntimeClient>> RuntimeClient::Connect(const Options& opt
     if (options.tcp_port == 0) return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
     // Read once, now: a TCP client without the right to read it says so at once.
     CLIO_ASSIGN_OR_RETURN(c->token_, ReadTokenFile(options.token_file));
+    if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+      CLIO_ASSIGN_OR_RETURN(c->tls_, TlsClientContext::Make({options.tls_ca_file, options.tls_cert_file,
+                                                             options.tls_server_name, options.tcp_host}));
+    }
   }
   CLIO_ASSIGN_OR_RETURN(auto conn, c->TakeConnection());
   c->ReturnConnection(std::move(conn));
@@ -288,8 +300,19 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
       return InvalidArgument("CLIO_IPC_MODE=tcp, but the config sets no runtime.tcp_port");
     CLIO_ASSIGN_OR_RETURN(conn->fd, ConnectTcp(options_.tcp_host, options_.tcp_port));
     conn->mode = IpcMode::kTcp;
-    CLIO_RETURN_IF_ERROR(Handshake(*conn).WithContext("TCP handshake with " + options_.tcp_host + ":" +
-                                                      std::to_string(options_.tcp_port)));
+    const std::string where = options_.tcp_host + ":" + std::to_string(options_.tcp_port);
+    if (tls_) {
+      auto tls = tls_->Handshake(conn->fd);
+      if (!tls.ok()) return tls.status().WithContext("TLS with the runtime at " + where);
+      conn->tls = std::move(*tls);
+    }
+    Status hs = Handshake(*conn);
+    // A runtime that serves TLS hangs up on a plain Hello.
+    if (!hs.ok() && !tls_ && hs.code() == Code::kUnavailable)
+      return hs.WithContext("TCP handshake with " + where +
+                            " (if the runtime serves TLS: on its node, give this client the runtime's "
+                            "runtime.tls_cert_file; elsewhere, runtime.tls_ca_file)");
+    CLIO_RETURN_IF_ERROR(hs.WithContext("TCP handshake with " + where));
   }
   if (channel && conn->mode == IpcMode::kUnix && (wanted_ == IpcMode::kShm || wanted_ == IpcMode::kAuto)) {
     bool refused = false;
@@ -307,18 +330,23 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::NewConnection(bool c
 
 Status RuntimeClient::Handshake(Conn& c) {
   const std::string nonce = NewNonce();
+  // Over TLS the proofs cover this session's keys (TokenProof).
+  std::string binding;
+  if (c.tls) {
+    CLIO_ASSIGN_OR_RETURN(binding, c.tls->Binding());
+  }
   CLIO_ASSIGN_OR_RETURN(std::string raw, CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kHello),
                                                 wire::Encode(adminproto::Hello{nonce})));
   CLIO_ASSIGN_OR_RETURN(adminproto::HelloReply hello, wire::Decode<adminproto::HelloReply>(raw));
   // The server proves it knows the token before this client proves anything: a squatter on the
   // port learns a nonce and nothing else.
   if (hello.nonce.size() != kNonceBytes ||
-      !TokensMatch(hello.proof, TokenProof(token_, "clio-runtime", nonce, hello.nonce)))
+      !TokensMatch(hello.proof, TokenProof(token_, "clio-runtime", nonce, hello.nonce, binding)))
     return Status(Code::kPermissionDenied,
                   "the server's proof does not match this client's token: a wrong token (runtime.token_file " +
                       options_.token_file + "), or not this node's runtime");
   CLIO_ASSIGN_OR_RETURN(raw, CallOn(c, 0, static_cast<uint32_t>(AdminMethod::kProve),
-                                    wire::Encode(adminproto::Prove{TokenProof(token_, "clio-client", hello.nonce, nonce)})));
+                                    wire::Encode(adminproto::Prove{TokenProof(token_, "clio-client", hello.nonce, nonce, binding)})));
   return Status::Ok();
 }
 
@@ -401,14 +429,14 @@ Result<std::string> RuntimeClient::CallOn(Conn& c, uint32_t pool, uint32_t metho
   } else {
     std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
     frame.append(payload);
-    CLIO_RETURN_IF_ERROR(WriteAll(c.fd, frame.data(), frame.size()));
-    CLIO_RETURN_IF_ERROR(ReadAll(c.fd, &r, sizeof r));
+    CLIO_RETURN_IF_ERROR(c.Send(frame.data(), frame.size()));
+    CLIO_RETURN_IF_ERROR(c.Receive(&r, sizeof r));
     CLIO_RETURN_IF_ERROR(ValidateResponseHeader(r));
   }
   if (r.request_id != h.request_id) return Corruption("response for another request");
   if (body_on_socket) {
     body.assign(r.payload_len, '\0');
-    CLIO_RETURN_IF_ERROR(ReadAll(c.fd, body.data(), body.size()));
+    CLIO_RETURN_IF_ERROR(c.Receive(body.data(), body.size()));
   }
   if (r.code != 0) return Status(static_cast<Code>(r.code), std::move(body));
   return body;

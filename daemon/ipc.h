@@ -75,6 +75,7 @@ std::string_view IpcModeName(IpcMode m);
 Result<IpcMode> ParseIpcMode(std::string_view s);
 
 struct RuntimeConfig;
+class TlsClientContext;
 
 // A blocking client of the runtime: a small pool of connections, safe to call from many
 // threads at once (the FUSE daemon's workers). Each connection carries one request at a time,
@@ -93,6 +94,10 @@ class RuntimeClient {
     std::string tcp_host;
     uint32_t tcp_port = 0;
     std::string token_file;
+    // TLS on TCP (daemon/tls.h): on when either trust anchor is set. The CA bundle
+    // (runtime.tls_ca_file), else the runtime's own certificate (runtime.tls_cert_file); the
+    // name the certificate must carry (runtime.tls_server_name; default tcp_host).
+    std::string tls_ca_file, tls_cert_file, tls_server_name;
     // Data bytes of each shared-memory channel asked for (the runtime may grant less).
     uint32_t shm_bytes = kDefaultShmChannelBytes;
   };
@@ -158,6 +163,7 @@ class RuntimeClient {
   const uint32_t client_id_;
   IpcMode wanted_ = IpcMode::kAuto;  // from options_.mode or the environment
   std::string token_;                // TCP only: read once at Connect
+  std::shared_ptr<const TlsClientContext> tls_;  // TCP with TLS only: loaded at Connect
   Mutex mu_;
   std::vector<std::unique_ptr<Conn>> idle_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;

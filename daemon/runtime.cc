@@ -428,6 +428,8 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
   so.threads = config_.num_threads;
   so.tcp_address = config_.tcp_address;
   so.tcp_port = config_.tcp_port;
+  so.tls_cert_file = config_.tls_cert_file;
+  so.tls_key_file = config_.tls_key_file;
   so.shm_channel_bytes = config_.shm_channel_bytes;
   so.max_inflight_bytes = config_.max_inflight_bytes;
   so.reap_grace_s = config_.client_reap_grace_s;
@@ -499,7 +501,11 @@ Status Runtime::Serve(const std::function<void()>& on_ready) {
          static_cast<double>(server_ ? server_->stats().budget_waits : 0)},
         {"clio_runtime_refused_connections_total",
          "Connections closed at accept for a per-user or pre-handshake limit (docs/ipc.md, Limits)", {},
-         static_cast<double>(server_ ? server_->stats().refused_connections : 0)}};
+         static_cast<double>(server_ ? server_->stats().refused_connections : 0)},
+        {"clio_runtime_tls_handshake_failures_total",
+         "TCP connections closed because their TLS handshake failed (a client without TLS, or one that "
+         "rejected the runtime's certificate)",
+         {}, static_cast<double>(server_ ? server_->stats().tls_handshake_failures : 0)}};
   });
   server_->Run(on_ready);
   runtime_metrics = metrics::SamplerRegistration();

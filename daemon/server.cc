@@ -25,11 +25,13 @@
 #include "common/process.h"
 #include "common/thread_annotations.h"
 #include "daemon/asio.h"
+#include <boost/asio/ssl.hpp>  // after daemon/asio.h (NOTES-debian12.md)
 #include "daemon/config.h"
 #include "daemon/ipc.h"
 #include "daemon/pool.h"
 #include "daemon/shm_channel.h"
 #include "daemon/tcp_owner.h"
+#include "daemon/tls.h"
 #include "daemon/token.h"
 #include "daemon/workers.h"
 
@@ -37,6 +39,10 @@ namespace clio {
 
 using LocalSocket = asio::local::stream_protocol::socket;
 using TcpSocket = asio::ip::tcp::socket;
+using TlsSocket = asio::ssl::stream<TcpSocket>;
+// TCP, plain or under TLS: a handshake, no channels, no peer credentials.
+template <typename Socket>
+constexpr bool kIsTcp = !std::is_same_v<Socket, LocalSocket>;
 
 namespace {
 
@@ -58,12 +64,15 @@ struct Connection {
   int client_wake = -1;
   std::atomic<int> in_request{0};  // requests running now (the reaper closes only an idle one)
   uint32_t tcp_owner = kUnknownOwner;  // TCP: the local uid that connected (LocalTcpOwner)
+  // TCP: who this connection counts against until its hello (PreHelloHolder); empty: nobody.
+  std::string pre_hello_holder;
   // While a frame waits for the in-flight budget: its timer, which closing the connection
   // cancels (on the connection's strand) so that the wait ends with it.
   std::shared_ptr<asio::steady_timer> budget_wait;
+  bool IsOpen() { return sock.lowest_layer().is_open(); }
   void Close() {
     boost::system::error_code ec;
-    sock.close(ec);
+    sock.lowest_layer().close(ec);
     if (budget_wait) budget_wait->cancel();
   }
   ~Connection() {
@@ -76,8 +85,22 @@ struct Connection {
 constexpr uint32_t kMaxUnauthenticatedPayload = 1024;
 constexpr auto kHelloDeadline = std::chrono::seconds(5);
 constexpr int64_t kMaxUnauthenticated = 64;
-// ... and of those, one local user (the owner of the connecting socket) holds at most this many.
+// ... and of those, one local user (the owner of the connecting socket) or, off this machine,
+// one address holds at most this many.
 constexpr int kMaxUnauthenticatedPerUid = 8;
+
+// Who a TCP peer waiting for its hello counts against: its local uid (the kernel names it), or
+// its address when it is not of this machine (all remote peers under one name would let one of
+// them lock the others out). Empty: the administrators (root, the runtime's user), under the
+// global cap only.
+std::string PreHelloHolder(uint32_t owner, const asio::ip::tcp::endpoint* remote) {
+  if (owner == 0 || owner == ::geteuid()) return "";
+  if (owner != kUnknownOwner) return "uid " + std::to_string(owner);
+  if (!remote) return "a peer of unknown address";
+  asio::ip::address a = remote->address();
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  return "address " + a.to_string();
+}
 // A frame's payload is read in pieces of at most this, the buffer growing as they arrive.
 constexpr size_t kPayloadChunk = 1u << 20;
 // A peer that may call reader methods only (docs/security.md) sends paths and names: its
@@ -206,6 +229,14 @@ class Server::Impl {
       if (options_.token.empty()) return InvalidArgument("TCP needs the runtime's token (runtime.token_file)");
       auto addr = asio::ip::make_address(options_.tcp_address, ec);
       if (ec) return InvalidArgument("runtime.tcp_address '" + options_.tcp_address + "': " + ec.message());
+      if (!options_.tls_cert_file.empty()) {
+        tls_.emplace(asio::ssl::context::tls_server);
+        CLIO_RETURN_IF_ERROR(SetUpServerTls(tls_->native_handle(), options_.tls_cert_file, options_.tls_key_file));
+      } else if (!IsLoopbackAddress(options_.tcp_address)) {
+        return InvalidArgument("runtime.tcp_address '" + options_.tcp_address +
+                               "' is not a loopback address: the runtime serves TCP off this machine only over TLS; "
+                               "set runtime.tls_cert_file and runtime.tls_key_file");
+      }
       asio::ip::tcp::endpoint tep(addr, static_cast<uint16_t>(options_.tcp_port));
       tcp_acceptor_.open(tep.protocol(), ec);
       if (!ec) tcp_acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -282,6 +313,7 @@ class Server::Impl {
     s.async_tasks = async_tasks_.load();
     s.budget_waits = budget_waits_.load();
     s.refused_connections = refused_.load();
+    s.tls_handshake_failures = tls_failures_.load();
     {
       MutexLock l(&limits_mu_);
       s.inflight_bytes = inflight_;
@@ -403,22 +435,26 @@ class Server::Impl {
     if (it != reader_connections_.end() && --it->second <= 0) reader_connections_.erase(it);
   }
 
-  // TCP connections waiting for their hello, per owning uid: at most kMaxUnauthenticatedPerUid.
-  bool AdmitUnauthenticated(uint32_t uid) {
-    if (uid == 0 || uid == ::geteuid()) return true;  // the administrators: the global cap only
+  // TCP connections waiting for their hello, per holder (PreHelloHolder): at most
+  // kMaxUnauthenticatedPerUid each.
+  bool AdmitUnauthenticated(const std::string& holder) {
+    if (holder.empty()) return true;  // the administrators: the global cap only
     MutexLock l(&limits_mu_);
-    int& n = unauthenticated_by_uid_[uid];
+    int& n = unauthenticated_by_holder_[holder];
     if (n >= kMaxUnauthenticatedPerUid) return false;
     ++n;
     return true;
   }
+  void ReleaseUnauthenticated(const std::string& holder) {
+    if (holder.empty()) return;
+    MutexLock l(&limits_mu_);
+    auto it = unauthenticated_by_holder_.find(holder);
+    if (it != unauthenticated_by_holder_.end() && --it->second <= 0) unauthenticated_by_holder_.erase(it);
+  }
   template <typename Socket>
   void EndUnauthenticated(const Connection<Socket>& c) {
     --unauthenticated_;
-    if (c.tcp_owner == 0 || c.tcp_owner == ::geteuid()) return;
-    MutexLock l(&limits_mu_);
-    auto it = unauthenticated_by_uid_.find(c.tcp_owner);
-    if (it != unauthenticated_by_uid_.end() && --it->second <= 0) unauthenticated_by_uid_.erase(it);
+    ReleaseUnauthenticated(c.pre_hello_holder);
   }
 
   // The in-flight payload budget (runtime.max_inflight). A frame is admitted whole (n is at
@@ -455,7 +491,7 @@ class Server::Impl {
       co_await waiter->timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
       MutexLock l(&limits_mu_);
       if (waiter->admitted) break;
-      if (!conn.sock.is_open() || budget_stopped_) {
+      if (!conn.IsOpen() || budget_stopped_) {
         std::erase(budget_queue_, waiter);
         conn.budget_wait.reset();
         co_return false;
@@ -582,31 +618,67 @@ class Server::Impl {
       boost::system::error_code pe, le;
       const auto remote = sock.remote_endpoint(pe), local = sock.local_endpoint(le);
       const uint32_t owner = pe || le ? kUnknownOwner : LocalTcpOwner(remote.data(), local.data());
-      if (!AdmitUnauthenticated(owner)) {
+      const std::string holder = PreHelloHolder(owner, pe ? nullptr : &remote);
+      if (!AdmitUnauthenticated(holder)) {
         if (const uint64_t n = ++refused_; LogThisOne(n))
           CLIO_LOG_WARN("TCP: {} holds {} connections waiting for their hello already; one more refused ({} so far)",
-                        owner == kUnknownOwner ? std::string("a peer of unknown uid") : "uid " + std::to_string(owner),
-                        kMaxUnauthenticatedPerUid, n);
+                        holder, kMaxUnauthenticatedPerUid, n);
         sock.close(ec);
         continue;
       }
       sock.set_option(asio::ip::tcp::no_delay(true), ec);
-      auto conn = std::make_shared<Connection<TcpSocket>>(std::move(sock));
-      conn->tcp_owner = owner;
-      ++unauthenticated_;
-      asio::co_spawn(strand, HelloDeadline(conn), asio::detached);
-      asio::co_spawn(strand, Session(conn, 0), asio::detached);
+      if (tls_) {
+        // SSL_new may fail (memory): that connection is dropped, the slot given back, and the
+        // acceptor goes on.
+        std::shared_ptr<Connection<TlsSocket>> conn;
+        try {
+          conn = std::make_shared<Connection<TlsSocket>>(TlsSocket(std::move(sock), *tls_));
+        } catch (const std::exception& e) {
+          CLIO_LOG_WARN("TCP: a TLS session could not be made: {}", e.what());
+          ReleaseUnauthenticated(holder);
+          continue;
+        }
+        ++unauthenticated_;
+        conn->tcp_owner = owner;
+        conn->pre_hello_holder = holder;
+        asio::co_spawn(strand, HelloDeadline(conn), asio::detached);
+        asio::co_spawn(strand, TlsSession(conn), asio::detached);
+      } else {
+        ++unauthenticated_;
+        auto conn = std::make_shared<Connection<TcpSocket>>(std::move(sock));
+        conn->tcp_owner = owner;
+        conn->pre_hello_holder = holder;
+        asio::co_spawn(strand, HelloDeadline(conn), asio::detached);
+        asio::co_spawn(strand, Session(conn, 0), asio::detached);
+      }
     }
   }
 
+  // The TLS handshake, then the session. The hello deadline covers both: a peer that opens a
+  // connection and stalls the handshake is closed as one that says no Hello.
+  asio::awaitable<void> TlsSession(std::shared_ptr<Connection<TlsSocket>> conn) {
+    boost::system::error_code ec;
+    co_await conn->sock.async_handshake(asio::ssl::stream_base::server, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (const uint64_t n = ++tls_failures_; LogThisOne(n))
+        CLIO_LOG_WARN("TCP: TLS handshake failed: {} ({} so far)", ec.message(), n);
+      EndUnauthenticated(*conn);
+      conn->Close();
+      co_return;
+    }
+    co_await Session(conn, 0);
+  }
+
   // Closes a TCP connection that has not said Hello in time.
-  asio::awaitable<void> HelloDeadline(std::shared_ptr<Connection<TcpSocket>> conn) {
+  template <typename Socket>
+  asio::awaitable<void> HelloDeadline(std::shared_ptr<Connection<Socket>> conn) {
     asio::steady_timer t(co_await asio::this_coro::executor);
     t.expires_after(kHelloDeadline);
     boost::system::error_code ec;
     co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (!conn->authenticated && conn->sock.is_open()) {
-      CLIO_LOG_WARN("TCP client said no hello within {} s: connection closed", kHelloDeadline.count());
+    if (!conn->authenticated && conn->IsOpen()) {
+      if (const uint64_t n = ++hello_timeouts_; LogThisOne(n))
+        CLIO_LOG_WARN("TCP client said no hello within {} s: connection closed ({} so far)", kHelloDeadline.count(), n);
       conn->Close();
     }
   }
@@ -615,7 +687,7 @@ class Server::Impl {
   // answered here, the rest dispatched. A frame that fails its checks closes the connection.
   template <typename Socket>
   asio::awaitable<void> Session(std::shared_ptr<Connection<Socket>> conn, pid_t pid) {
-    constexpr bool kTcp = std::is_same_v<Socket, TcpSocket>;
+    constexpr bool kTcp = kIsTcp<Socket>;
     ++connections_;
     if (kTcp) ++tcp_connections_;
     const uint64_t id = next_conn_id_++;
@@ -741,7 +813,7 @@ class Server::Impl {
   template <typename Socket>
   Result<std::string> Transport(Connection<Socket>& conn, const RequestHeader& h, std::string_view payload) {
     if (IsHandshake(h)) {
-      if constexpr (!std::is_same_v<Socket, TcpSocket>) {
+      if constexpr (!kIsTcp<Socket>) {
         return Status(Code::kNotSupported, "the Unix socket needs no handshake: the kernel names the peer");
       } else {
         return Handshake(conn, h, payload);
@@ -749,7 +821,7 @@ class Server::Impl {
     }
     CLIO_ASSIGN_OR_RETURN(adminproto::OpenChannel open, wire::Decode<adminproto::OpenChannel>(payload));
     const uint32_t wanted = open.wanted;
-    if constexpr (std::is_same_v<Socket, TcpSocket>) {
+    if constexpr (kIsTcp<Socket>) {
       return Status(Code::kNotSupported, "shared-memory channels need the runtime on this machine (Unix socket)");
     } else {
       if (conn.segment) return Status(Code::kAlreadyExists, "this connection has a shared-memory channel already");
@@ -775,8 +847,14 @@ class Server::Impl {
   // The TCP handshake: Hello (the client's nonce) is answered with the server's nonce and its
   // proof of the token; Prove (the client's proof over both nonces) authenticates the
   // connection as the node's administrator. Neither side sends the token.
-  Result<std::string> Handshake(Connection<TcpSocket>& conn, const RequestHeader& h, std::string_view payload) {
+  template <typename Socket>
+  Result<std::string> Handshake(Connection<Socket>& conn, const RequestHeader& h, std::string_view payload) {
     if (conn.authenticated) return Status(Code::kAlreadyExists, "this connection has made its handshake already");
+    // Over TLS both proofs cover the session's keys (TokenProof): no relaying into another one.
+    std::string binding;
+    if constexpr (std::is_same_v<Socket, TlsSocket>) {
+      CLIO_ASSIGN_OR_RETURN(binding, TlsBinding(conn.sock.native_handle()));
+    }
     if (h.method == static_cast<uint32_t>(AdminMethod::kHello)) {
       CLIO_ASSIGN_OR_RETURN(adminproto::Hello hello, wire::Decode<adminproto::Hello>(payload));
       if (!conn.server_nonce.empty()) return Status(Code::kPermissionDenied, "a second Hello on one connection");
@@ -786,11 +864,13 @@ class Server::Impl {
       conn.client_nonce = hello.nonce;
       conn.server_nonce = NewNonce();
       return wire::Encode(adminproto::HelloReply{
-          conn.server_nonce, TokenProof(options_.token, "clio-runtime", conn.client_nonce, conn.server_nonce)});
+          conn.server_nonce,
+          TokenProof(options_.token, "clio-runtime", conn.client_nonce, conn.server_nonce, binding)});
     }
     CLIO_ASSIGN_OR_RETURN(adminproto::Prove prove, wire::Decode<adminproto::Prove>(payload));
     if (conn.server_nonce.empty()) return Status(Code::kPermissionDenied, "Prove before Hello");
-    if (!TokensMatch(prove.proof, TokenProof(options_.token, "clio-client", conn.server_nonce, conn.client_nonce))) {
+    if (!TokensMatch(prove.proof,
+                     TokenProof(options_.token, "clio-client", conn.server_nonce, conn.client_nonce, binding))) {
       CLIO_LOG_WARN("TCP client proved a wrong token: connection closed");
       return Status(Code::kPermissionDenied, "wrong token (the runtime's runtime.token_file)");
     }
@@ -944,9 +1024,11 @@ class Server::Impl {
   bool budget_stopped_ GUARDED_BY(limits_mu_) = false;
   std::deque<std::shared_ptr<BudgetWaiter>> budget_queue_ GUARDED_BY(limits_mu_);  // FIFO
   std::map<uint32_t, int> reader_connections_ GUARDED_BY(limits_mu_);  // by uid
-  std::map<uint32_t, int> unauthenticated_by_uid_ GUARDED_BY(limits_mu_);  // TCP, by owning uid
+  std::map<std::string, int> unauthenticated_by_holder_ GUARDED_BY(limits_mu_);  // TCP, PreHelloHolder
   std::atomic<uint64_t> budget_waits_{0};  // frames that waited for the budget, ever
   std::atomic<uint64_t> refused_{0};  // connections closed at accept for a limit, ever
+  std::atomic<uint64_t> tls_failures_{0};  // TLS handshakes that failed, ever
+  std::atomic<uint64_t> hello_timeouts_{0};  // TCP connections closed by the hello deadline, ever
   Mutex watch_mu_;
   std::map<uint64_t, Watched> watched_ GUARDED_BY(watch_mu_);
   CostModel costs_;
@@ -968,6 +1050,7 @@ class Server::Impl {
   std::atomic<uint64_t> next_conn_id_{1};
   asio::local::stream_protocol::acceptor unix_acceptor_;
   asio::ip::tcp::acceptor tcp_acceptor_;
+  std::optional<asio::ssl::context> tls_;  // TCP speaks TLS (runtime.tls_cert_file)
   asio::signal_set signals_;
   asio::steady_timer reap_timer_;
   uint32_t tcp_port_ = 0;

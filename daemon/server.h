@@ -23,6 +23,9 @@ class Server {
     std::string tcp_address;        // with tcp_port 0: no TCP
     uint32_t tcp_port = 0;
     std::string token;              // what a TCP client's Hello must present
+    // TLS on TCP (runtime.tls_cert_file, runtime.tls_key_file): both set, TCP speaks TLS only.
+    // Without them, TCP serves only a loopback address.
+    std::string tls_cert_file, tls_key_file;
     uint32_t shm_channel_bytes = kDefaultShmChannelBytes;  // the most a channel may have
     uint32_t reap_grace_s = 5;      // runtime.client_reap_grace_s
     // A task predicted to take this long or longer runs on the slow class, not inline on an
@@ -76,6 +79,7 @@ class Server {
     uint64_t inflight_bytes = 0;  // payload bytes admitted now (runtime.max_inflight)
     uint64_t budget_waits = 0;    // frames that waited for that budget, ever
     uint64_t refused_connections = 0;  // closed at accept for a connection limit, ever
+    uint64_t tls_handshake_failures = 0;  // TCP connections whose TLS handshake failed, ever
   };
   Stats stats() const;
 

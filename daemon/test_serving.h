@@ -3,6 +3,11 @@
 // are the test's to stop (Runtime::StopPools) afterwards.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -56,5 +61,31 @@ class ServingThread {
   std::string failure_;  // written before failed_ is set
   std::thread thread_;
 };
+
+// A loopback TCP port nothing listens on now (bound to 0, read, closed).
+inline uint32_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("no free loopback port");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A blocking TCP connection to 127.0.0.1:port.
+inline int ConnectLoopback(uint32_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port));
+  return fd;
+}
 
 }  // namespace clio::testing

@@ -35,11 +35,13 @@ bool TokensMatch(std::string_view given, std::string_view token) {
   return diff == 0;
 }
 
-std::string TokenProof(std::string_view token, std::string_view role, std::string_view first, std::string_view second) {
+std::string TokenProof(std::string_view token, std::string_view role, std::string_view first, std::string_view second,
+                       std::string_view binding) {
   std::string msg(role);
   msg += '\0';
   msg += first;
   msg += second;
+  msg += binding;
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   ::HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), reinterpret_cast<const unsigned char*>(msg.data()),

@@ -20,9 +20,13 @@ bool TokensMatch(std::string_view given, std::string_view token);
 
 // The TCP handshake (docs/ipc.md): each side proves it knows the token without sending it, over
 // both sides' fresh nonces, so that neither a port squatter nor a recorded exchange learns or
-// replays anything. HMAC-SHA256(token, role | 0 | first | second), 32 bytes.
+// replays anything. HMAC-SHA256(token, role | 0 | first | second | binding), 32 bytes. Over TLS,
+// `binding` is the session's exported keying material (TlsBinding): a proof made for one TLS
+// session is worth nothing in another, so a peer in the middle that terminates TLS (a
+// certificate check gone wrong) cannot relay the handshake. Empty without TLS.
 inline constexpr size_t kNonceBytes = 32;
-std::string TokenProof(std::string_view token, std::string_view role, std::string_view first, std::string_view second);
+std::string TokenProof(std::string_view token, std::string_view role, std::string_view first, std::string_view second,
+                       std::string_view binding = {});
 // kNonceBytes random bytes.
 std::string NewNonce();
 

@@ -32,6 +32,8 @@
 #include "daemon/token.h"
 
 using namespace clio;
+using testing::ConnectLoopback;
+using testing::FreePort;
 
 namespace {
 
@@ -63,18 +65,6 @@ class EchoPool : public Pool {
   }
 };
 
-// A TCP port that was free a moment ago.
-uint32_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 struct Node {
   std::string dir;
@@ -245,15 +235,6 @@ TEST_CASE("CLIO_IPC_MODE picks the transport; a bad value and TCP without a port
 
 namespace {
 
-int ConnectLoopback(uint32_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  return fd;
-}
 
 // One request on a raw connection; the answer's code and payload.
 std::pair<Code, std::string> RawCall(int fd, AdminMethod m, const std::string& payload) {

@@ -48,6 +48,8 @@ TEST_TOOLS=(
   fio bindfs
   # s3rver, an independent S3 server from the npm registry, for the objstore tests
   npm ca-certificates
+  # certificates for the TLS tests (security_tls)
+  openssl
 )
 mode=run
 case "${1:-}" in

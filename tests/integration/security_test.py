@@ -19,6 +19,8 @@ Scenarios:
 - frame_budget: a reader's frame announcing 64 MiB is refused at its header, a reader holds at
   most 32 connections, and root's frames wait for runtime.max_inflight (the peak stays near it).
 - flood: one user's 70 silent TCP connections and 20 slow HTTP clients do not lock root out.
+- tls: TCP on 0.0.0.0 over TLS with the real binaries; clients without TLS or trusting another
+  certificate, and a key file others can read, refused by name.
 - state_modes: the state directory 0700 (0750 with group clio) and its files 0600, a too-long
   socket_path refused before anything is made, a token file others may read set back to 0600,
   a token file or a state directory of another user refused.
@@ -317,6 +319,60 @@ def scenario_flood(env):
         p.wait()
 
 
+def scenario_tls(env):
+    """TCP off loopback over TLS, with the real binaries: a runtime on 0.0.0.0 with a certificate
+    `openssl` makes; clioctl over TCP with the node's config (pinned to that certificate) and with
+    a client's config (the CA, a server name) works; a client without TLS, one that trusts
+    another certificate, and a key file others can read are refused, each naming its cause."""
+    env.check_binaries(env.clio_run, env.clioctl)
+    if not shutil.which("openssl"):
+        raise TestFailure("the openssl command is missing (scripts/install-deps.sh --tests installs it)")
+    tls = os.path.join(env.T, "tls")
+    os.makedirs(tls)
+
+    def cert(name, san):
+        cp = run_cmd(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                      "-days", "2", "-subj", f"/CN={name}", "-addext", f"subjectAltName={san}",
+                      "-keyout", os.path.join(tls, name + ".key"), "-out", os.path.join(tls, name + ".pem")])
+        check(cp.returncode == 0, "openssl could not make a certificate:\n" + describe(cp))
+        os.chmod(os.path.join(tls, name + ".key"), 0o600)
+        return os.path.join(tls, name + ".pem"), os.path.join(tls, name + ".key")
+
+    crt, key = cert("node", "DNS:node1.example,IP:127.0.0.1")
+    other, _ = cert("other", "DNS:node1.example,IP:127.0.0.1")
+    port = free_port()
+    base = env.config_text()
+    tls_keys = f"  tcp_address: 0.0.0.0\n  tcp_port: {port}\n  tls_cert_file: {crt}\n  tls_key_file: {key}\n"
+    env.write_config(base.replace("  num_threads: 4\n", "  num_threads: 4\n" + tls_keys))
+    os.chmod(key, 0o644)
+    cp = run_cmd([env.clio_run, "start"], env=env.env(), keep_as=env.logs("clio_run_open_key"))
+    check(cp.returncode != 0 and "runtime.tls_key_file" in cp.stdout + cp.stderr + env.log_tail(),
+          "a world-readable TLS key was not refused by name:\n" + describe(cp))
+    os.chmod(key, 0o600)
+    env.start_runtime()
+    e = env.env()
+    e["CLIO_IPC_MODE"] = "tcp"
+    cp = run_cmd([env.clioctl, "stat"], env=e)
+    check(cp.returncode == 0, "clioctl over TLS with the node's config failed:\n" + describe(cp))
+
+    def client_config(keys):
+        path = os.path.join(env.T, "client.yaml")
+        with open(path, "w") as f:
+            f.write(f"runtime:\n  state_dir: {env.state}\n  tcp_port: {port}\n" + keys)
+        return run_cmd([env.clioctl, "stat"], env=env.env(conf=path) | {"CLIO_IPC_MODE": "tcp"})
+
+    cp = client_config(f"  tcp_address: 127.0.0.1\n  tls_ca_file: {crt}\n  tls_server_name: node1.example\n")
+    check(cp.returncode == 0, "clioctl with a client's config (CA, server name) failed:\n" + describe(cp))
+    cp = client_config("  tcp_address: 127.0.0.1\n")
+    check(cp.returncode != 0 and "if the runtime serves TLS" in cp.stderr,
+          "a client without TLS was not told why it failed:\n" + describe(cp))
+    cp = client_config(f"  tcp_address: 127.0.0.1\n  tls_ca_file: {other}\n")
+    check(cp.returncode != 0 and "does not verify" in cp.stderr,
+          "a client trusting another certificate was not refused by name:\n" + describe(cp))
+    log("TLS on 0.0.0.0: clioctl served with the node's and a client's config; plain, wrong-CA and "
+        "world-readable-key cases refused by name")
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -538,6 +594,7 @@ SCENARIOS = {
     "frame_budget": scenario_frame_budget,
     "flood": scenario_flood,
     "state_modes": scenario_state_modes,
+    "tls": scenario_tls,
 }
 
 
