@@ -6,7 +6,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
-#include <set>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -170,22 +169,6 @@ void AddArrayCommands(CLI::App& app, Args& a) {
   On(averify, a, [&a] { return clio::ArrayOp(a.ctx, "verify", a.array_name, {}); });
 }
 
-// The tier paths the node's config lists (`clioctl tier rm` refuses those).
-std::set<std::string> ConfiguredTierPaths(const clio::RuntimeConfig& cfg) {
-  std::set<std::string> paths;
-  for (const clio::ComposeEntry& e : cfg.compose) {
-    if (e.mod_name != "clio_cte_core" || !e.node) continue;
-    clio::ConfigReader r(e.node, cfg.file);
-    const clio::ConfigValue* storage = r.Child("storage");
-    if (!storage) continue;
-    for (const clio::ConfigValue& item : storage->list) {
-      clio::ConfigReader t(&item, cfg.file);
-      if (auto p = t.String("path", ""); p.ok() && !p->empty()) paths.insert(*p);
-    }
-  }
-  return paths;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +195,5 @@ int main(int argc, char** argv) {
   a.ctx.rpc = clio::RuntimeClient::OptionsFor(*cfg);
   a.ctx.config_file = cfg->file;
   a.ctx.node_id = cfg->node_id;
-  a.ctx.configured_tiers = ConfiguredTierPaths(*cfg);
   return a.run ? a.run() : 2;
 }

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -15,7 +14,6 @@ struct CommandContext {
   bool json = false;
   std::string config_file;                // where the config came from
   uint32_t node_id = 0;                   // runtime.node_id: tier names end in _node<N>
-  std::set<std::string> configured_tiers;  // the paths of the config's storage entries
 };
 
 // `clioctl tier list`: each tier's id, type, persistence and state (draining, dying ...): cli/tier_list.cc

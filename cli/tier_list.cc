@@ -1,5 +1,6 @@
 // `clioctl tier list`: which tiers the node has and what each is doing (takes data, draining,
 // drained, dying, degraded), where `tier stat` shows how full they are.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -11,17 +12,17 @@
 namespace clio {
 namespace {
 
-// One word for what placement does with the tier now, then why.
-std::string TierState(const TierInfo& t, const DrainProgress& d) {
-  if (d.draining)
-    return d.bytes_left == 0 ? "drained (empty; `tier rm` removes it)"
-                             : "draining (" + FormatSize(d.bytes_left) + " left)";
-  const bool persistent = t.stats.persistence != Persistence::kVolatile;
-  if (t.stats.lifetime_days < kDeadLifespanDays) return "dead (lifespan under 1 day: takes no data)";
-  if (persistent && t.stats.lifetime_days < kDyingLifespanDays)
-    return "dying (lifespan under 7 days: takes no new persistent data)";
-  if (!t.stats.health.empty() && t.stats.health != "ok") return "degraded";
-  return "active";
+// The runtime's word for the tier (Cte::TierStates), and why.
+std::string Describe(const TierState& s) {
+  switch (s.condition) {
+    case TierCondition::kDrained: return "drained (empty; `tier rm` removes it)";
+    case TierCondition::kDraining: return "draining (" + FormatSize(s.bytes_left) + " left)";
+    case TierCondition::kDead: return "dead (lifespan under 1 day: takes no data)";
+    case TierCondition::kDying: return "dying (lifespan under 7 days: takes no new persistent data)";
+    case TierCondition::kDegraded: return "degraded";
+    case TierCondition::kActive: return "active";
+  }
+  return std::string(TierConditionName(s.condition));
 }
 
 }  // namespace
@@ -37,25 +38,31 @@ int TierList(const CommandContext& ctx) {
     std::fprintf(stderr, "clioctl: tier list failed: %s\n", tiers.status().ToString().c_str());
     return 1;
   }
+  auto states = c->client->Call(c->pool, cteproto::TierStates{});
+  if (!states.ok()) {
+    std::fprintf(stderr, "clioctl: tier list: the tiers' states: %s\n", states.status().ToString().c_str());
+    return 1;
+  }
   struct Row {
     const TierInfo* tier;
-    DrainProgress drain;
+    TierState state;
   };
   std::vector<Row> rows;
   for (const TierInfo& t : *tiers) {
-    auto p = c->client->Call(c->pool, cteproto::GetDrainProgress{.tier = t.tier_id});
-    if (!p.ok()) {
-      std::fprintf(stderr, "clioctl: tier list: tier '%s': %s\n", t.name.c_str(), p.status().ToString().c_str());
-      return 1;
-    }
-    rows.push_back({&t, p->progress});
+    // Two calls: a tier added or removed between them has no state, or is not listed.
+    auto it = std::find_if(states->states.begin(), states->states.end(),
+                           [&](const TierState& s) { return s.tier_id == t.tier_id; });
+    if (it == states->states.end()) continue;
+    rows.push_back({&t, *it});
   }
   if (ctx.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows) {
       nlohmann::json j = TierJson(*r.tier);
-      j["draining"] = r.drain.draining;
-      j["state"] = TierState(*r.tier, r.drain);
+      j["draining"] = r.state.condition == TierCondition::kDraining || r.state.condition == TierCondition::kDrained;
+      j["condition"] = std::string(TierConditionName(r.state.condition));
+      j["state"] = Describe(r.state);
+      j["from_config"] = r.state.from_config;
       out.push_back(std::move(j));
     }
     std::printf("%s\n", out.dump(2).c_str());
@@ -70,7 +77,7 @@ int TierList(const CommandContext& ctx) {
                 std::string(BdevTypeName(r.tier->stats.type)).c_str(),
                 std::string(PersistenceName(r.tier->stats.persistence)).c_str(),
                 r.tier->stats.backend.empty() ? "-" : r.tier->stats.backend.c_str(),
-                TierState(*r.tier, r.drain).c_str());
+                Describe(r.state).c_str());
   }
   return 0;
 }

@@ -19,15 +19,20 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
     std::fprintf(stderr, "clioctl: tier rm: %s\n", t.status().ToString().c_str());
     return 1;
   }
+  // Asked before the removal: whether the runtime opened the tier from its config's storage
+  // entries, in which case the next start opens it again (empty).
+  auto states = c->client->Call(c->pool, cteproto::TierStates{});
+  if (!states.ok()) {
+    std::fprintf(stderr, "clioctl: tier rm: the tiers' states: %s\n", states.status().ToString().c_str());
+    return 1;
+  }
+  bool in_config = false;
+  for (const TierState& s : states->states) in_config |= s.tier_id == t->tier_id && s.from_config;
   auto r = c->client->Call(c->pool, cteproto::RemoveTier{.tier = t->tier_id});
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: tier rm %s: %s\n", name.c_str(), r.status().ToString().c_str());
     return 1;
   }
-  // A tier the config file lists comes back (empty) at the next start.
-  bool in_config = false;
-  for (const std::string& path : ctx.configured_tiers)
-    in_config |= path == t->name || NodeTierName(path, t->stats.type, ctx.node_id) == t->name;
   if (ctx.json) {
     std::printf("%s\n", nlohmann::json{{"name", t->name}, {"removed", true}, {"in_config", in_config}}.dump().c_str());
     return 0;
@@ -36,7 +41,8 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
   if (LeavesFile(t->stats.type)) std::printf("; its file stays on disk");
   std::printf("\n");
   if (in_config)
-    std::printf("note: %s lists this tier; remove it there, or it is added again (empty) at the next start\n",
+    std::printf("note: the runtime opened this tier from its config (%s); remove it there, or it is added "
+                "again (empty) at the next start\n",
                 ctx.config_file.c_str());
   return 0;
 }

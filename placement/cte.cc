@@ -566,6 +566,40 @@ std::vector<TierInfo> Cte::ListTiers() {
   return out;
 }
 
+std::string_view TierConditionName(TierCondition c) {
+  switch (c) {
+    case TierCondition::kDrained: return "drained";
+    case TierCondition::kDraining: return "draining";
+    case TierCondition::kDead: return "dead";
+    case TierCondition::kDying: return "dying";
+    case TierCondition::kDegraded: return "degraded";
+    case TierCondition::kActive: return "active";
+  }
+  return "unknown";
+}
+
+std::vector<TierState> Cte::TierStates() {
+  std::vector<TierState> out;
+  for (const auto& t : *Tiers()) {
+    const BdevStats s = t->bdev->GetStats();
+    TierState st;
+    st.tier_id = t->bdev->tier_id();
+    st.bytes_left = s.used;
+    st.from_config = t->from_config;
+    if (t->draining.load(std::memory_order_acquire)) {
+      st.condition = s.used == 0 ? TierCondition::kDrained : TierCondition::kDraining;
+    } else if (s.lifetime_days < kDeadLifespanDays) {
+      st.condition = TierCondition::kDead;
+    } else if (!AcceptsAt(*t, s.lifetime_days)) {
+      st.condition = TierCondition::kDying;  // persistent, under kDyingLifespanDays
+    } else if (!s.health.empty() && s.health != "ok") {
+      st.condition = TierCondition::kDegraded;
+    }
+    out.push_back(st);
+  }
+  return out;
+}
+
 std::pair<uint64_t, uint64_t> Cte::PersistentSpace() {
   uint64_t cap = 0, rem = 0;
   for (const auto& t : *Tiers()) {

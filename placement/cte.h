@@ -181,6 +181,26 @@ struct TierInfo {
   BdevStats stats;
 };
 
+// What placement does with a tier now, decided here, where the policy lives (Accepts), so that
+// clients report it rather than derive it. In order of precedence:
+enum class TierCondition : uint8_t {
+  kDrained,   // marked for drain and empty: `tier rm` may remove it
+  kDraining,  // marked for drain: nothing new is placed on it, its copies move off
+  kDead,      // lifespan under kDeadLifespanDays: takes no data
+  kDying,     // persistent, lifespan under kDyingLifespanDays: takes no new persistent data
+  kDegraded,  // its device reports itself degraded (BdevStats.health), still takes data
+  kActive,
+};
+// "drained", "draining", "dead", "dying", "degraded", "active".
+std::string_view TierConditionName(TierCondition c);
+
+struct TierState {
+  uint64_t tier_id = 0;
+  TierCondition condition = TierCondition::kActive;
+  uint64_t bytes_left = 0;   // allocated on it now (what a drain still has to move)
+  bool from_config = true;   // opened from the config's storage entries at start, not added later
+};
+
 class Cte {
  public:
   // Opens every tier, checks tier ids against the metadata (refusing a mismatch, a missing
@@ -307,6 +327,8 @@ class Cte {
 
   // Tiers in placement order (RanksBefore).
   std::vector<TierInfo> ListTiers();
+  // Each tier's condition, in the same order.
+  std::vector<TierState> TierStates();
   // Capacity and remaining bytes of the persistent tiers (what statfs reports).
   std::pair<uint64_t, uint64_t> PersistentSpace();
   WritebackStats GetWritebackStats();
@@ -323,6 +345,7 @@ class Cte {
     PerfMetrics perf;            // the configured figures (or the type's), for ranking
     std::shared_ptr<Bdev> bdev;  // owned, or an attached pool's (a no-op deleter)
     bool is_volatile = false;
+    bool from_config = true;   // false: added at run time (AddTier, or its record at start)
     uint64_t dirty_limit = 0;  // volatile tiers: bytes
     // Movement state, read lock-free.
     std::atomic<bool> draining{false};  // set by Drain(): nothing new is placed here

@@ -302,6 +302,10 @@ Result<wire::Empty> CtePool::Run(const cteproto::Drain& r) {
   return wire::Empty{};
 }
 
+Result<cteproto::TierStatesReply> CtePool::Run(const cteproto::TierStates&) {
+  return cteproto::TierStatesReply{cte_->TierStates()};
+}
+
 Result<cteproto::DrainProgressReply> CtePool::Run(const cteproto::GetDrainProgress& r) {
   CLIO_ASSIGN_OR_RETURN(DrainProgress p, cte_->GetDrainProgress(r.tier));
   return cteproto::DrainProgressReply{p};

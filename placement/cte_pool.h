@@ -42,6 +42,7 @@ class CtePool : public Pool {
   friend Handlers;
   // One per request type.
   Result<cteproto::TierListReply> Run(const cteproto::ListTiers& r);
+  Result<cteproto::TierStatesReply> Run(const cteproto::TierStates& r);
   Result<wire::Empty> Run(const cteproto::SetLifespan& r);
   Result<wire::Empty> Run(const cteproto::Drain& r);
   Result<cteproto::DrainProgressReply> Run(const cteproto::GetDrainProgress& r);

@@ -33,6 +33,26 @@ Status WireDecode(Decoder& d, TierInfo& t) {
   return Status::Ok();
 }
 
+void WireEncode(Encoder& e, const TierState& s) {
+  e.Put<uint64_t>(s.tier_id).Put<uint8_t>(static_cast<uint8_t>(s.condition)).Put<uint64_t>(s.bytes_left);
+  e.Put<uint8_t>(s.from_config ? 1 : 0);
+}
+
+Status WireDecode(Decoder& d, TierState& s) {
+  uint8_t condition = 0, from_config = 0;
+  d.Get(&s.tier_id);
+  d.Get(&condition);
+  d.Get(&s.bytes_left);
+  d.Get(&from_config);
+  if (d.failed()) return Status::Ok();  // the message's Finish says truncated
+  if (condition > static_cast<uint8_t>(TierCondition::kActive))
+    return Corruption("tier condition " + std::to_string(condition) + " is unknown here (a newer runtime?)");
+  if (from_config > 1) return Corruption("bad from_config flag " + std::to_string(from_config));
+  s.condition = static_cast<TierCondition>(condition);
+  s.from_config = from_config == 1;
+  return Status::Ok();
+}
+
 void WireEncode(Encoder& e, const DrainProgress& p) {
   e.Put<uint8_t>(p.draining ? 1 : 0).Put<uint64_t>(p.bytes_left).Put<uint64_t>(p.moved_bytes);
   e.Put<uint64_t>(p.moved_copies);

@@ -31,6 +31,7 @@ enum class CteMethod : uint32_t {
   kWriteback = 18,      // empty -> write-back stats
   kFlushAll = 19,       // empty -> empty, once every blob dirty at the call is flushed and the
                         // metadata is durable (blocks a worker, like kDrain)
+  kTierStates = 20,     // empty -> tier states
 };
 
 // Field codecs (common/message.h) of the reports the pool sends.
@@ -40,6 +41,10 @@ enum class CteMethod : uint32_t {
 void WireEncode(Encoder& e, const TierInfo& t);
 Status WireDecode(Decoder& d, TierInfo& t);
 constexpr size_t WireMinSize(const TierInfo*) { return 4 + 8 + 8 + 1 + 1 + 3 * 8 + 8 + 4 + 4; }
+// u64 tier id, u8 condition (TierCondition), u64 bytes_left, u8 from_config.
+void WireEncode(Encoder& e, const TierState& s);
+Status WireDecode(Decoder& d, TierState& s);
+constexpr size_t WireMinSize(const TierState*) { return 8 + 1 + 8 + 1; }
 // u8 draining, u64 bytes_left, u64 moved_bytes, u64 moved_copies.
 void WireEncode(Encoder& e, const DrainProgress& p);
 Status WireDecode(Decoder& d, DrainProgress& p);
@@ -63,6 +68,11 @@ struct TierListReply {
   static constexpr const char* kName = "tier list";
   std::vector<TierInfo> tiers;
   template <class S, class F> static void Fields(S& s, F&& f) { f(s.tiers); }
+};
+struct TierStatesReply {
+  static constexpr const char* kName = "tier states";
+  std::vector<TierState> states;
+  template <class S, class F> static void Fields(S& s, F&& f) { f(s.states); }
 };
 struct DrainProgressReply {
   static constexpr const char* kName = "drain progress";
@@ -132,11 +142,17 @@ struct FlushAll {
   template <class S, class F> static void Fields(S&, F&&) {}
 };
 
+// What placement does with each tier (Cte::TierStates), in placement order.
+struct TierStates {
+  CLIO_CTE_REQUEST(TierStates, TierStatesReply, true, kReader);
+  template <class S, class F> static void Fields(S&, F&&) {}
+};
+
 #undef CLIO_CTE_REQUEST
 
 using AllRequests = std::tuple<ListTiers, SetLifespan, Drain, GetDrainProgress, Undrain, Reorganize, AddTier,
-                               RemoveTier, Writeback, FlushAll>;
-static_assert(wire::CoversMethods<AllRequests>(CteMethod::kListTiers, CteMethod::kFlushAll),
+                               RemoveTier, Writeback, FlushAll, TierStates>;
+static_assert(wire::CoversMethods<AllRequests>(CteMethod::kListTiers, CteMethod::kTierStates),
               "every CteMethod needs one request type in AllRequests");
 
 }  // namespace cteproto

@@ -137,6 +137,7 @@ Result<std::shared_ptr<Cte::Tier>> Cte::OpenTier(const TierConfig& tc, KvBatch* 
   tier->perf = stats.perf;
   tier->score = tc.score ? *tc.score : PerfScore(stats.perf);
   tier->is_volatile = stats.persistence == Persistence::kVolatile;
+  tier->from_config = !tc.recorded;
   if (tier->is_volatile) {
     tier->dirty_limit = tc.dirty_limit ? tc.dirty_limit : stats.capacity / 2;
     if (tier->dirty_limit > stats.capacity)
@@ -242,6 +243,7 @@ Result<TierInfo> Cte::AddTier(const TierConfig& tc, std::string_view spec) {
   const bool recorded = record.has_value();
   KvBatch records;
   CLIO_ASSIGN_OR_RETURN(std::shared_ptr<Tier> tier, OpenTier(tc, &records, /*restore_motion=*/false));
+  tier->from_config = false;
   for (const auto& t : *now)
     if (t->bdev->tier_id() == tier->bdev->tier_id())
       return Status(Code::kAlreadyExists, "tier '" + tier->name + "' has the id of tier '" + t->name +

@@ -182,6 +182,58 @@ TEST_CASE("RemoveTier refuses a tier until it is drained and empty, then forgets
   CHECK(f.Newest(2, 100) == back->tier_id);
 }
 
+TEST_CASE("TierStates: what placement does with each tier, and whether the config opened it") {
+  TierSetFixture f;
+  REQUIRE(f.Add(f.FileKeys("fast", "0.8")).ok());
+  for (uint64_t b = 0; b < 4; ++b) REQUIRE(f.cte->PutBlob(3, b, 0, Random(MiB / 2, 20 + b)).ok());
+  auto state = [&](const std::string& name) {
+    const uint64_t id = f.Id(name);
+    const std::vector<TierState> all = f.cte->TierStates();
+    REQUIRE(all.size() == f.cte->ListTiers().size());
+    for (const TierState& s : all)
+      if (s.tier_id == id) return s;
+    FAIL("no state for tier " << name);
+    return TierState{};
+  };
+  CHECK(state("base").condition == TierCondition::kActive);
+  CHECK(state("base").from_config);
+  CHECK(state("fast").condition == TierCondition::kActive);
+  CHECK_FALSE(state("fast").from_config);
+  CHECK(state("fast").bytes_left > 0);
+  const uint64_t fast = f.Id("fast");
+  REQUIRE(f.cte->SetLifespan(fast, 3).ok());
+  CHECK(state("fast").condition == TierCondition::kDying);
+  REQUIRE(f.cte->SetLifespan(fast, 0.5).ok());
+  CHECK(state("fast").condition == TierCondition::kDead);
+  REQUIRE(f.cte->SetLifespan(fast, 1000).ok());
+  CHECK(state("fast").condition == TierCondition::kActive);
+  REQUIRE(f.cte->Drain(fast).ok());
+  CHECK(state("fast").condition == TierCondition::kDrained);
+  CHECK(state("fast").bytes_left == 0);
+  // The last tier cannot drain: it stays marked, holding the data, until undrained.
+  REQUIRE(f.cte->Drain(f.Id("base")).code() == Code::kNoSpace);
+  CHECK(state("base").condition == TierCondition::kDraining);
+  CHECK(state("base").bytes_left > 0);
+  REQUIRE(f.cte->Undrain(f.Id("base")).ok());
+  CHECK(state("base").condition == TierCondition::kActive);
+  // The recorded tier comes back after a restart still as added, not configured.
+  f.Restart();
+  CHECK_FALSE(state("fast").from_config);
+  CHECK(state("base").from_config);
+
+  // Over the pool's protocol, with its codec.
+  CtePool pool(std::move(f.cte), f.kv.get(), 0);
+  auto raw = pool.Handle(static_cast<uint32_t>(CteMethod::kTierStates), "");
+  REQUIRE_MESSAGE(raw.ok(), raw.status().ToString());
+  auto reply = wire::DecodeReply<cteproto::TierStatesReply>(std::move(*raw));
+  REQUIRE_MESSAGE(reply.ok(), reply.status().ToString());
+  REQUIRE(reply->states.size() == 2);
+  CHECK(reply->states[0].from_config != reply->states[1].from_config);
+  std::string bad = wire::Encode(cteproto::TierStatesReply{{TierState{1, TierCondition::kActive, 0, true}}});
+  bad[4 + 8] = 9;  // u32 count, u64 id, then the condition
+  CHECK(wire::DecodeReply<cteproto::TierStatesReply>(std::move(bad)).status().code() == Code::kCorruption);
+}
+
 TEST_CASE("the last persistent tier under a RAM tier cannot be removed") {
   TierSetFixture f;
   const std::string ram = "ram::tierset_" + std::to_string(getpid());

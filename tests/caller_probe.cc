@@ -46,7 +46,8 @@ const std::map<std::string, std::set<uint32_t>>& ReaderMethods() {
        {M(AdminMethod::kPing), M(AdminMethod::kStatus), M(AdminMethod::kFindPool), M(AdminMethod::kListPools),
         M(AdminMethod::kRuntimeStats)}},
       {"clio_fs", {M(FsMethod::kStatfs), M(FsMethod::kLocate)}},
-      {"clio_cte_core", {M(CteMethod::kListTiers), M(CteMethod::kDrainProgress), M(CteMethod::kWriteback)}},
+      {"clio_cte_core",
+       {M(CteMethod::kListTiers), M(CteMethod::kDrainProgress), M(CteMethod::kWriteback), M(CteMethod::kTierStates)}},
       {"clio_bdev", {M(BdevMethod::kMonitor), M(BdevMethod::kGetStats)}},
       {"clio_safe_bdev", {M(BdevMethod::kMonitor), M(BdevMethod::kGetStats)}},
   };

@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view payload;
     if (!frames.Get(&method) || !frames.GetBytes(&payload)) break;
     // Every method from 8 (reserved ids and unknown ones included) to one past the last.
-    const uint32_t m = 8 + method % 13;
+    const uint32_t m = 8 + method % 14;
     if (m == static_cast<uint32_t>(clio::CteMethod::kAddTier)) {
       auto add = clio::wire::Decode<clio::cteproto::AddTier>(payload);
       if (add.ok()) (void)clio::ParseTierSpec(add->spec.bytes, "fuzz");

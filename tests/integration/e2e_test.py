@@ -1239,6 +1239,10 @@ def scenario_tier_ops(env):
     check(listed[ram["name"]]["draining"] and listed[ram["name"]]["state"].startswith("drained"),
           f"tier list of the drained RAM tier: {listed[ram['name']]}")
     check(listed[disk["name"]]["state"] == "active", f"tier list of the disk tier: {listed[disk['name']]}")
+    # The runtime's words (Cte::TierStates), not the CLI's: the config opened both tiers.
+    check(listed[ram["name"]]["condition"] == "drained" and listed[disk["name"]]["condition"] == "active" and
+          listed[ram["name"]]["from_config"] and listed[disk["name"]]["from_config"],
+          f"tier list's condition and from_config: {listed}")
     cp = ctl("tier", "undrain", ram["name"])
     check(cp.returncode == 0, "tier undrain failed\n" + describe(cp))
     cp = ctl("tier", "list")
@@ -1301,8 +1305,11 @@ def scenario_tier_ops(env):
           f"no progress line on the terminal: {tty_out!r}")
     values, _ = scrape(port)
     check(any(f'tier="{added["name"]}"' in k for k in values), "/metrics has no series of the added tier")
+    listed = {t["name"]: t for t in json.loads(_text(ctl("tier", "list", "--json").stdout))}
+    check(not listed[added["name"]]["from_config"], f"the added tier is listed as the config's: {listed}")
     cp = ctl("tier", "rm", added_path, "--json")
-    check(cp.returncode == 0 and json.loads(_text(cp.stdout))["removed"], "tier rm\n" + describe(cp))
+    check(cp.returncode == 0 and json.loads(_text(cp.stdout))["removed"] and
+          not json.loads(_text(cp.stdout))["in_config"], "tier rm\n" + describe(cp))
     check(added["name"] not in {t["name"] for t in env.tier_stat()}, "the removed tier is still listed")
     # Its series leave /metrics with it (a pool name must not live on in the export).
     values, _ = scrape(port)
