@@ -1,11 +1,8 @@
 #include "daemon/server.h"
 
-#include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -13,22 +10,21 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <filesystem>
-#include <map>
 #include <optional>
-#include <thread>
-#include <vector>
 
 #include "common/codec.h"
 #include "common/log.h"
-#include "common/process.h"
 #include "common/thread_annotations.h"
 #include "daemon/asio.h"
 #include <boost/asio/ssl.hpp>  // after daemon/asio.h (NOTES-debian12.md)
+#include "daemon/client_reaper.h"
 #include "daemon/config.h"
+#include "daemon/io_workers.h"
 #include "daemon/ipc.h"
+#include "daemon/peers.h"
 #include "daemon/pool.h"
+#include "daemon/server_limits.h"
 #include "daemon/shm_channel.h"
 #include "daemon/tcp_owner.h"
 #include "daemon/tls.h"
@@ -127,68 +123,6 @@ bool IsTransportMethod(const RequestHeader& h) {
 
 bool IsStop(const RequestHeader& h) { return h.pool == 0 && h.method == static_cast<uint32_t>(AdminMethod::kStop); }
 
-// One I/O worker: an io_context, its connections, and the threads running it (one, plus those
-// the monitor adds while it is stuck).
-struct Home {
-  asio::io_context ioc;
-  WorkerSlots slots;
-};
-
-// The worker slot of the calling thread, when it runs a Home.
-thread_local WorkerSlots* t_slots = nullptr;
-thread_local int t_slot = -1;
-
-// Runs `home` on the calling thread until it stops (or, with `helper`, until another of its
-// threads is free again).
-void RunHome(Home& home, bool helper) {
-  const int slot = home.slots.Claim();
-  if (slot < 0) return;
-  t_slots = &home.slots;
-  t_slot = slot;
-  if (!helper) {
-    home.ioc.run();
-  } else {
-    while (!home.ioc.stopped()) {
-      home.ioc.run_one_for(std::chrono::milliseconds(100));
-      if (home.slots.AnotherIdle(slot)) break;  // the stuck thread is back: retire
-    }
-  }
-  t_slots = nullptr;
-  t_slot = -1;
-  home.slots.Release(slot);
-}
-
-// The peer of a Unix connection as the kernel saw it at connect(): its uid, gid, supplementary
-// groups and pid. Root and the runtime's own user may call everything; anyone else who could
-// open the socket (a member of its group) only reports.
-std::shared_ptr<const Peer> UnixPeer(int fd) {
-  auto p = std::make_shared<Peer>();
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return p;  // granted: reader
-  p->uid = cred.uid;
-  p->gid = cred.gid;
-  p->pid = static_cast<uint32_t>(cred.pid);
-  std::vector<gid_t> groups(16);
-  socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-  int rc = ::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen);
-  if (rc != 0 && errno == ERANGE) {
-    groups.resize(glen / sizeof(gid_t));
-    rc = ::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen);
-  }
-  if (rc == 0)
-    for (size_t i = 0; i < glen / sizeof(gid_t); ++i) p->groups.push_back(groups[i]);
-  p->granted = cred.uid == 0 || cred.uid == ::geteuid() ? CallerClass::kAdmin : CallerClass::kReader;
-  return p;
-}
-
-// A TCP client that presented the node's token: the token is the node's administration key.
-std::shared_ptr<const Peer> TokenPeer() {
-  auto p = std::make_shared<Peer>();
-  p->granted = CallerClass::kAdmin;
-  return p;
-}
-
 }  // namespace
 
 class Server::Impl {
@@ -196,7 +130,7 @@ class Server::Impl {
   Impl(Options o, Dispatcher d, AsyncDispatcher a)
       : options_(WithLimits(std::move(o))), dispatch_(std::move(d)), async_(std::move(a)), costs_(options_.slow_task_us),
         slow_(1, std::max<uint32_t>(4, 4 * options_.threads), std::chrono::seconds(5)),
-        homes_(MakeHomes(options_.threads)), ioc_(homes_[0]->ioc),
+        workers_(options_.threads, options_.stuck_task_ms), ioc_(workers_.first()),
         unix_acceptor_(ioc_), tcp_acceptor_(ioc_), signals_(ioc_), reap_timer_(ioc_) {}
 
   // A budget below one frame would keep the largest frames waiting for ever.
@@ -263,33 +197,9 @@ class Server::Impl {
     if (tcp_acceptor_.is_open()) asio::co_spawn(ioc_, AcceptTcp(), asio::detached);
     ScheduleReap();
     if (on_ready) on_ready();
-    // Keeps the worker contexts running while they have no connection.
-    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
-    for (auto& h : homes_) guards.push_back(asio::make_work_guard(h->ioc));
-    std::vector<std::thread> workers;
-    for (size_t i = 1; i < homes_.size(); ++i) workers.emplace_back([this, i] { RunHome(*homes_[i], false); });
-    std::thread monitor([this] { Monitor(); });
-    RunHome(*homes_[0], false);  // returns on Stop(), a signal or a Stop request
-    for (auto& h : homes_) h->ioc.stop();
-    for (auto& t : workers) t.join();
-    {
-      MutexLock l(&monitor_mu_);
-      monitor_stop_ = true;
-      monitor_cv_.NotifyAll();
-    }
-    monitor.join();
-    std::vector<Helper> helpers;
-    {
-      MutexLock l(&monitor_mu_);
-      helpers.swap(helpers_);
-    }
-    for (auto& h : helpers) h.thread.join();
+    workers_.Run();  // returns on Stop(), a signal or a Stop request
     slow_.Stop();  // the slow tasks running finish; their answers go nowhere
-    {
-      MutexLock l(&limits_mu_);
-      budget_stopped_ = true;
-      budget_queue_.clear();
-    }
+    budget_.Stop();
     boost::system::error_code ec;
     unix_acceptor_.close(ec);
     tcp_acceptor_.close(ec);
@@ -306,34 +216,20 @@ class Server::Impl {
     s.malformed_frames = malformed_.load();
     s.reaped_clients = reaped_.load();
     s.tcp_port = tcp_port_;
-    for (const auto& h : homes_) s.extra_workers += static_cast<uint32_t>(std::max(h->slots.Running() - 1, 0));
-    s.workers_added = workers_added_.load();
+    s.extra_workers = workers_.extra_threads();
+    s.workers_added = workers_.added();
     s.slow_threads = slow_.threads();
     s.slow_tasks = slow_tasks_.load();
     s.async_tasks = async_tasks_.load();
-    s.budget_waits = budget_waits_.load();
+    s.budget_waits = budget_.waits();
     s.refused_connections = refused_.load();
     s.tls_handshake_failures = tls_failures_.load();
-    {
-      MutexLock l(&limits_mu_);
-      s.inflight_bytes = inflight_;
-    }
+    s.inflight_bytes = budget_.inflight();
     return s;
   }
 
  private:
-  static std::vector<std::unique_ptr<Home>> MakeHomes(uint32_t n) {
-    std::vector<std::unique_ptr<Home>> v;
-    for (uint32_t i = 0; i < std::max<uint32_t>(n, 1); ++i) v.push_back(std::make_unique<Home>());
-    return v;
-  }
-
-  // A connection's home worker, round robin, and a strand on it: the coroutines of one
-  // connection (its socket's, its channel's, the reaper's close) never run at once, even when
-  // the monitor has added threads to the worker.
-  asio::strand<asio::io_context::executor_type> NextStrand() {
-    return asio::make_strand(homes_[next_.fetch_add(1) % homes_.size()]->ioc);
-  }
+  asio::strand<asio::io_context::executor_type> NextStrand() { return workers_.NextStrand(); }
 
   // Runs one request. Tasks predicted cheap run inline on this I/O worker (marked busy for the
   // monitor); the others run on the slow class while this coroutine waits, so the worker
@@ -373,15 +269,13 @@ class Server::Impl {
       });
     }
     const int64_t t0 = NowNs();
-    WorkerSlots* slots = t_slots;
-    const int slot = t_slot;
-    if (slots) slots->busy_since_ns[slot].store(t0);
+    server_internal::IoWorkers::MarkBusy(t0);
     Result<std::string> r = Status(Code::kInternal, "unanswered");
     {
       ScopedRequest scope(context);
       r = dispatch_(pool, method, body, query);
     }
-    if (slots) slots->busy_since_ns[slot].store(0);
+    server_internal::IoWorkers::MarkBusy(0);
     Learn(pool, method, r.status(), t0);
     co_return r;
   }
@@ -420,103 +314,25 @@ class Server::Impl {
 
   // Connections per reader uid: at most kMaxReaderConnections. Root and the runtime's user are
   // not counted (they may do anything anyway).
-  bool AdmitReader(const Peer& peer) {
-    if (peer.May(CallerClass::kMount)) return true;
-    MutexLock l(&limits_mu_);
-    int& n = reader_connections_[peer.uid];
-    if (n >= kMaxReaderConnections) return false;
-    ++n;
-    return true;
-  }
-  void ReleaseReader(const Peer& peer) {
-    if (peer.May(CallerClass::kMount)) return;
-    MutexLock l(&limits_mu_);
-    auto it = reader_connections_.find(peer.uid);
-    if (it != reader_connections_.end() && --it->second <= 0) reader_connections_.erase(it);
-  }
-
-  // TCP connections waiting for their hello, per holder (PreHelloHolder): at most
-  // kMaxUnauthenticatedPerUid each.
-  bool AdmitUnauthenticated(const std::string& holder) {
-    if (holder.empty()) return true;  // the administrators: the global cap only
-    MutexLock l(&limits_mu_);
-    int& n = unauthenticated_by_holder_[holder];
-    if (n >= kMaxUnauthenticatedPerUid) return false;
-    ++n;
-    return true;
-  }
-  void ReleaseUnauthenticated(const std::string& holder) {
-    if (holder.empty()) return;
-    MutexLock l(&limits_mu_);
-    auto it = unauthenticated_by_holder_.find(holder);
-    if (it != unauthenticated_by_holder_.end() && --it->second <= 0) unauthenticated_by_holder_.erase(it);
+  static std::string ReaderHolder(const Peer& peer) {
+    return peer.May(CallerClass::kMount) ? std::string() : "uid " + std::to_string(peer.uid);
   }
   template <typename Socket>
   void EndUnauthenticated(const Connection<Socket>& c) {
     --unauthenticated_;
-    ReleaseUnauthenticated(c.pre_hello_holder);
+    pre_hello_.Release(c.pre_hello_holder);
   }
 
-  // The in-flight payload budget (runtime.max_inflight). A frame is admitted whole (n is at
-  // most the frame limit, which the budget is never below), so waiting frames hold none of it,
-  // and in order: a frame that does not fit waits in a FIFO, and later frames queue behind it
-  // (a big frame is not starved by small ones). A waiter sleeps on its timer; Release admits
-  // from the head of the queue and wakes those it admitted (a cancel posted to the waiter's
-  // strand, where it runs only once the waiter sleeps). Closing the connection (the hello
-  // deadline, the reaper, a stop) cancels the wait too: the frame then gives its place up.
-  struct BudgetWaiter {
-    std::shared_ptr<asio::steady_timer> timer;
-    uint64_t n = 0;
-    bool admitted = false;  // under limits_mu_
-  };
+  // The in-flight payload budget (runtime.max_inflight; server_limits.h). Closing the
+  // connection (the hello deadline, the reaper, a stop) cancels a wait: the frame then gives
+  // its place up.
   template <typename Socket>
   asio::awaitable<bool> Admit(Connection<Socket>& conn, uint64_t n) {
-    if (n == 0) co_return true;
-    auto ex = co_await asio::this_coro::executor;
-    auto waiter = std::make_shared<BudgetWaiter>();
-    {
-      MutexLock l(&limits_mu_);
-      if (budget_queue_.empty() && inflight_ + n <= options_.max_inflight_bytes) {
-        inflight_ += n;
-        co_return true;
-      }
-      waiter->timer = std::make_shared<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
-      waiter->n = n;
-      budget_queue_.push_back(waiter);
-      ++budget_waits_;
-    }
-    conn.budget_wait = waiter->timer;
-    boost::system::error_code ec;
-    while (true) {
-      co_await waiter->timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      MutexLock l(&limits_mu_);
-      if (waiter->admitted) break;
-      if (!conn.IsOpen() || budget_stopped_) {
-        std::erase(budget_queue_, waiter);
-        conn.budget_wait.reset();
-        co_return false;
-      }
-    }
-    conn.budget_wait.reset();
-    co_return true;
+    bool admitted = false;
+    admitted = co_await budget_.Admit(n, &conn.budget_wait, [&conn] { return conn.IsOpen(); });
+    co_return admitted;
   }
-  void Release(uint64_t n) {
-    if (n == 0) return;
-    std::vector<std::shared_ptr<asio::steady_timer>> woken;
-    {
-      MutexLock l(&limits_mu_);
-      inflight_ -= n;
-      if (budget_stopped_) return;  // Run() has ended: the workers' contexts are going
-      while (!budget_queue_.empty() && inflight_ + budget_queue_.front()->n <= options_.max_inflight_bytes) {
-        const std::shared_ptr<BudgetWaiter> w = budget_queue_.front();
-        budget_queue_.pop_front();
-        inflight_ += w->n;
-        w->admitted = true;
-        woken.push_back(w->timer);
-      }
-    }
-    for (auto& t : woken) asio::post(t->get_executor(), [t] { t->cancel(); });
-  }
+  void Release(uint64_t n) { budget_.Release(n); }
   // A frame's share of the budget, given back once its task has run (before its answer is
   // sent: a client slow to read an answer holds no budget) or when the session ends, with a
   // payload buffer larger than a chunk (a connection keeps at most that between frames).
@@ -538,41 +354,6 @@ class Server::Impl {
     costs_.Observe(pool, method, static_cast<double>(NowNs() - t0_ns) / 1000.0);
   }
 
-  // Every quarter of runtime.stuck_task_ms: an I/O worker whose every thread has been inside
-  // one task longer than that gets one more thread, which takes the connections queued behind
-  // the stuck task and retires once one of the worker's threads is free again.
-  void Monitor() {
-    const int64_t stuck_ns = int64_t{options_.stuck_task_ms} * 1000000;
-    const auto period = std::chrono::milliseconds(std::max<uint32_t>(options_.stuck_task_ms / 4, 5));
-    MutexLock l(&monitor_mu_);
-    while (!monitor_stop_) {
-      monitor_cv_.WaitFor(&monitor_mu_, period);
-      if (monitor_stop_) break;
-      for (auto it = helpers_.begin(); it != helpers_.end();) {
-        if (!it->done->load()) {
-          ++it;
-          continue;
-        }
-        it->thread.join();  // it has retired: only returning
-        it = helpers_.erase(it);
-      }
-      for (size_t i = 0; i < homes_.size(); ++i) {
-        int running = 0;
-        if (!homes_[i]->slots.Stuck(NowNs() - stuck_ns, &running) || running >= WorkerSlots::kMaxThreads) continue;
-        Home* home = homes_[i].get();
-        ++workers_added_;
-        CLIO_LOG_WARN("I/O worker {} is stuck on a task for over {} ms: a thread joins it ({} running)", i,
-                      options_.stuck_task_ms, running + 1);
-        auto done = std::make_shared<std::atomic<bool>>(false);
-        helpers_.push_back({std::thread([home, done] {
-                              RunHome(*home, true);
-                              done->store(true);
-                            }),
-                            done});
-      }
-    }
-  }
-
   asio::awaitable<void> AcceptUnix() {
     while (true) {
       boost::system::error_code ec;
@@ -585,7 +366,7 @@ class Server::Impl {
       }
       auto conn = std::make_shared<Connection<LocalSocket>>(std::move(sock));
       conn->peer = UnixPeer(conn->sock.native_handle());
-      if (!AdmitReader(*conn->peer)) {
+      if (!readers_.Admit(ReaderHolder(*conn->peer))) {
         if (const uint64_t n = ++refused_; LogThisOne(n))
           CLIO_LOG_WARN("uid {} holds {} connections already, the most for a reader: one more refused ({} so far)",
                         conn->peer->uid, kMaxReaderConnections, n);
@@ -619,7 +400,7 @@ class Server::Impl {
       const auto remote = sock.remote_endpoint(pe), local = sock.local_endpoint(le);
       const uint32_t owner = pe || le ? kUnknownOwner : LocalTcpOwner(remote.data(), local.data());
       const std::string holder = PreHelloHolder(owner, pe ? nullptr : &remote);
-      if (!AdmitUnauthenticated(holder)) {
+      if (!pre_hello_.Admit(holder)) {
         if (const uint64_t n = ++refused_; LogThisOne(n))
           CLIO_LOG_WARN("TCP: {} holds {} connections waiting for their hello already; one more refused ({} so far)",
                         holder, kMaxUnauthenticatedPerUid, n);
@@ -635,7 +416,7 @@ class Server::Impl {
           conn = std::make_shared<Connection<TlsSocket>>(TlsSocket(std::move(sock), *tls_));
         } catch (const std::exception& e) {
           CLIO_LOG_WARN("TCP: a TLS session could not be made: {}", e.what());
-          ReleaseUnauthenticated(holder);
+          pre_hello_.Release(holder);
           continue;
         }
         ++unauthenticated_;
@@ -706,8 +487,8 @@ class Server::Impl {
           c->Close();
         }
         if constexpr (!kTcp) {
-          s->Unregister(id);
-          s->ReleaseReader(*c->peer);
+          s->reaper_.Forget(id);
+          s->readers_.Release(ReaderHolder(*c->peer));
           if (c->wake) {
             boost::system::error_code ec;
             c->wake->close(ec);  // ends the channel's coroutine
@@ -949,66 +730,31 @@ class Server::Impl {
     }
   }
 
-  // Clients that died while their socket lives on (a child they forked holds it): found by
-  // their pid once a second (a zombie counts as dead), closed once dead for the grace and
-  // with no request of theirs running. A client that forks keeps its connections to itself
-  // (RuntimeClient drops those of another pid), so a child never uses a reaped connection.
-  struct Watched {
-    std::weak_ptr<Connection<LocalSocket>> conn;
-    pid_t pid = 0;
-    std::optional<std::chrono::steady_clock::time_point> dead_since;
-  };
-
-  void Register(uint64_t id, const std::shared_ptr<Connection<LocalSocket>>& c, pid_t pid) {
-    if (pid <= 0) return;
-    MutexLock l(&watch_mu_);
-    watched_[id] = Watched{c, pid, std::nullopt};
-  }
-  void Unregister(uint64_t id) {
-    MutexLock l(&watch_mu_);
-    watched_.erase(id);
-  }
-
+  // The reaper (client_reaper.h) looks once a second.
   void ScheduleReap() {
     reap_timer_.expires_after(std::chrono::seconds(1));
     reap_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
-      Reap();
+      reaped_ += reaper_.Reap(std::chrono::steady_clock::now());
       ScheduleReap();
     });
   }
-
-  void Reap() {
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<std::shared_ptr<Connection<LocalSocket>>> doomed;
-    {
-      MutexLock l(&watch_mu_);
-      for (auto it = watched_.begin(); it != watched_.end();) {
-        Watched& w = it->second;
-        auto c = w.conn.lock();
-        if (!ProcessExited(w.pid) || (c && c->in_request.load() > 0)) {
-          w.dead_since.reset();
-          ++it;
-          continue;
-        }
-        if (!w.dead_since) w.dead_since = now;
-        if (now - *w.dead_since < std::chrono::seconds(options_.reap_grace_s)) {
-          ++it;
-          continue;
-        }
-        if (c) doomed.push_back(std::move(c));
-        CLIO_LOG_INFO("client pid {} has exited; its connection (held open by another process) is closed", w.pid);
-        it = watched_.erase(it);
-      }
-    }
-    for (auto& c : doomed) {
-      ++reaped_;
-      asio::post(c->sock.get_executor(), [c] {
-        boost::system::error_code ec;
-        c->Close();  // the session's read (or budget wait) fails: it ends, and the channel with it
-        if (c->wake) c->wake->close(ec);
-      });
-    }
+  void Register(uint64_t id, const std::shared_ptr<Connection<LocalSocket>>& conn, pid_t pid) {
+    std::weak_ptr<Connection<LocalSocket>> weak = conn;
+    reaper_.Watch(id, {pid,
+                       [weak] {
+                         auto c = weak.lock();
+                         return c && c->in_request.load() > 0;
+                       },
+                       [weak] {
+                         auto c = weak.lock();
+                         if (!c) return;
+                         asio::post(c->sock.get_executor(), [c] {
+                           boost::system::error_code ec;
+                           c->Close();  // the session's read (or budget wait) fails: it ends, the channel too
+                           if (c->wake) c->wake->close(ec);
+                         });
+                       }});
   }
 
   const Options options_;
@@ -1019,34 +765,18 @@ class Server::Impl {
   std::atomic<int64_t> connections_{0}, shm_channels_{0}, tcp_connections_{0};
   std::atomic<uint64_t> malformed_{0}, reaped_{0};
   std::atomic<int64_t> unauthenticated_{0};  // TCP connections waiting for their hello
-  mutable Mutex limits_mu_;
-  uint64_t inflight_ GUARDED_BY(limits_mu_) = 0;  // payload bytes admitted and not yet answered
-  bool budget_stopped_ GUARDED_BY(limits_mu_) = false;
-  std::deque<std::shared_ptr<BudgetWaiter>> budget_queue_ GUARDED_BY(limits_mu_);  // FIFO
-  std::map<uint32_t, int> reader_connections_ GUARDED_BY(limits_mu_);  // by uid
-  std::map<std::string, int> unauthenticated_by_holder_ GUARDED_BY(limits_mu_);  // TCP, PreHelloHolder
-  std::atomic<uint64_t> budget_waits_{0};  // frames that waited for the budget, ever
+  server_internal::InflightBudget budget_{options_.max_inflight_bytes};
+  server_internal::HolderCounts readers_{kMaxReaderConnections};   // by ReaderHolder
+  server_internal::HolderCounts pre_hello_{kMaxUnauthenticatedPerUid};  // TCP, by PreHelloHolder
   std::atomic<uint64_t> refused_{0};  // connections closed at accept for a limit, ever
   std::atomic<uint64_t> tls_failures_{0};  // TLS handshakes that failed, ever
   std::atomic<uint64_t> hello_timeouts_{0};  // TCP connections closed by the hello deadline, ever
-  Mutex watch_mu_;
-  std::map<uint64_t, Watched> watched_ GUARDED_BY(watch_mu_);
+  ClientReaper reaper_{options_.reap_grace_s};
   CostModel costs_;
   TaskClass slow_;  // declared before the homes: its tasks post their answers into them
-  Mutex monitor_mu_;
-  CondVar monitor_cv_;
-  bool monitor_stop_ GUARDED_BY(monitor_mu_) = false;
-  // Threads added to stuck workers, each with a flag it sets when it retires; the monitor joins
-  // those that have, Run() the rest.
-  struct Helper {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<Helper> helpers_ GUARDED_BY(monitor_mu_);
-  std::atomic<uint64_t> workers_added_{0}, slow_tasks_{0}, async_tasks_{0};
-  std::vector<std::unique_ptr<Home>> homes_;  // the I/O workers: runtime.num_threads
-  asio::io_context& ioc_;  // homes_[0]: the acceptors, signals, the reaper and stop
-  std::atomic<size_t> next_{0};  // round robin over homes_
+  std::atomic<uint64_t> slow_tasks_{0}, async_tasks_{0};
+  server_internal::IoWorkers workers_;  // runtime.num_threads
+  asio::io_context& ioc_;  // the first worker's: the acceptors, signals, the reaper and stop
   std::atomic<uint64_t> next_conn_id_{1};
   asio::local::stream_protocol::acceptor unix_acceptor_;
   asio::ip::tcp::acceptor tcp_acceptor_;
