@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/codec.h"
+#include "common/durable_file.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "daemon/asio.h"
@@ -56,92 +57,6 @@ class Runtime::PoolView final : public PoolRegistry {
   Runtime* const rt_;
   PoolSlot* const owner_;
 };
-
-namespace {
-
-// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never a mix. The
-// file is made afresh (a stale temporary, or a link planted in its place, is removed first:
-// O_EXCL | O_NOFOLLOW), mode 0600, and renamed over `path` (which replaces a link, never
-// follows it).
-Status ReplaceFileDurably(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::FromErrno(errno, "creating " + tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Status::FromErrno(err, "writing " + tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno(err, "syncing " + tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, "renaming " + tmp);
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    const int rc = ::fsync(dfd);
-    const int err = errno;
-    ::close(dfd);
-    if (rc != 0) return Status::FromErrno(err, "syncing " + dir);
-  }
-  return Status::Ok();
-}
-
-// The node's token (runtime.token_file): read, or made once (32 random bytes in hex, mode
-// 0600, written durably) so that TCP clients and the mutating HTTP API can be checked.
-Result<std::string> EnsureToken(const std::string& path) {
-  if (::access(path.c_str(), F_OK) == 0) {
-    // The node's administration key: the runtime's own file, readable by nobody else.
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "runtime.token_file " + path);
-    if (!S_ISREG(st.st_mode))
-      return ConfigError(path + " (runtime.token_file) is not a regular file (a symbolic link?); remove it and the "
-                                "runtime makes a new token");
-    if (st.st_uid != ::geteuid())
-      return ConfigError(path + " (runtime.token_file) belongs to uid " + std::to_string(st.st_uid) +
-                         ", not the runtime's user (uid " + std::to_string(::geteuid()) +
-                         "); remove it and the runtime makes a new token");
-    if (st.st_mode & 077) {
-      // Older releases told operators to let TCP clients read it: set it right, and say that
-      // whoever could read it may hold the node's key.
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
-      if (::chmod(path.c_str(), 0600) != 0) return Status::FromErrno(errno, "chmod 600 " + path);
-      CLIO_LOG_WARN("{} (runtime.token_file) had mode {}: set to 0600. Users who could read it may hold the node's "
-                    "token: remove the file and restart to make a new one", path, mode);
-    }
-    auto read = ReadTokenFile(path);
-    if (!read.ok() && read.status().code() != Code::kInvalidArgument) return read.status();  // unreadable
-    const std::string line = read.ok() ? *read : std::string();  // an empty file is a short token
-    if (line.size() < 16)
-      return ConfigError(path + ": the token (runtime.token_file) is shorter than 16 characters; remove the "
-                                "file and the runtime makes a new one");
-    return line;
-  }
-  unsigned char raw[32];
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  if (!urandom.read(reinterpret_cast<char*>(raw), sizeof raw)) return Status(Code::kIoError, "reading /dev/urandom");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : raw) token += {kHex[b >> 4], kHex[b & 15]};
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  CLIO_RETURN_IF_ERROR(ReplaceFileDurably(path, token + "\n").WithContext("making the token file (runtime.token_file)"));
-  CLIO_LOG_INFO("made the node's token {}", path);
-  return token;
-}
-
-}  // namespace
 
 Runtime::Runtime(RuntimeConfig config)
     : config_(std::move(config)),

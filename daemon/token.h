@@ -1,6 +1,6 @@
 // The node's token (runtime.token_file): what TCP clients and the runtime prove to each other
 // they know (TokenProof), and what HTTP actions present in their Authorization header. The
-// runtime makes it (runtime.cc, EnsureToken).
+// runtime makes it (EnsureToken).
 #pragma once
 
 #include <string>
@@ -9,6 +9,12 @@
 #include "common/status.h"
 
 namespace clio {
+
+// The node's token at `path` (runtime.token_file), for the runtime at start: read, or made once
+// (32 random bytes in hex, mode 0600, written durably). A token file that is not a regular
+// file, belongs to another user or is shorter than 16 characters is a config error; one others
+// may read is set to 0600 with a warning.
+Result<std::string> EnsureToken(const std::string& path);
 
 // The file's first line, without trailing blanks. PermissionDenied when it cannot be read
 // (naming the file), InvalidArgument when it is empty or no path is given.
