@@ -87,7 +87,8 @@ void AddTierCommands(CLI::App& app, Args& a) {
                   "alloc_log, dirty_limit, perf_metrics.write_bandwidth_mbps, ...)")
       ->required();
   add->add_flag("--json", a.ctx.json, "print JSON");
-  auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node");
+  auto* rm = tier->add_subcommand("rm", "remove a drained, empty tier from the running node (a tier the runtime "
+                                        "opened from its config at start comes back, empty, at the next start)");
   rm->add_option("name", a.tier_name, "tier name, as in `tier stat`")->required();
   rm->add_flag("--json", a.ctx.json, "print JSON");
   On(tlist, a, [&a] { return clio::TierList(a.ctx); });

@@ -14,6 +14,13 @@
 
 namespace clio {
 
+// Whether a TierStates call failed because the runtime is of a release before it (an upgraded
+// clioctl before the runtime restarted): the method is unknown there, or, unknown, taken for an
+// administrator's.
+inline bool PredatesTierStates(const Status& s) {
+  return s.code() == Code::kNotSupported || s.code() == Code::kPermissionDenied;
+}
+
 struct CteConnection {
   std::unique_ptr<RuntimeClient> client;
   uint32_t pool = 0;

@@ -2,6 +2,7 @@
 // drained, dying, degraded), where `tier stat` shows how full they are.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -13,7 +14,9 @@ namespace clio {
 namespace {
 
 // The runtime's word for the tier (Cte::TierStates), and why.
-std::string Describe(const TierState& s) {
+std::string Describe(const std::optional<TierState>& state) {
+  if (!state) return "unknown (the runtime predates tier states: restart it)";
+  const TierState& s = *state;
   switch (s.condition) {
     case TierCondition::kDrained: return "drained (empty; `tier rm` removes it)";
     case TierCondition::kDraining: return "draining (" + FormatSize(s.bytes_left) + " left)";
@@ -39,16 +42,21 @@ int TierList(const CommandContext& ctx) {
     return 1;
   }
   auto states = c->client->Call(c->pool, cteproto::TierStates{});
-  if (!states.ok()) {
+  const bool older = !states.ok() && PredatesTierStates(states.status());
+  if (!states.ok() && !older) {
     std::fprintf(stderr, "clioctl: tier list: the tiers' states: %s\n", states.status().ToString().c_str());
     return 1;
   }
   struct Row {
     const TierInfo* tier;
-    TierState state;
+    std::optional<TierState> state;  // none from a runtime older than TierStates
   };
   std::vector<Row> rows;
   for (const TierInfo& t : *tiers) {
+    if (older) {
+      rows.push_back({&t, std::nullopt});
+      continue;
+    }
     // Two calls: a tier added or removed between them has no state, or is not listed.
     auto it = std::find_if(states->states.begin(), states->states.end(),
                            [&](const TierState& s) { return s.tier_id == t.tier_id; });
@@ -59,10 +67,16 @@ int TierList(const CommandContext& ctx) {
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows) {
       nlohmann::json j = TierJson(*r.tier);
-      j["draining"] = r.state.condition == TierCondition::kDraining || r.state.condition == TierCondition::kDrained;
-      j["condition"] = std::string(TierConditionName(r.state.condition));
+      if (r.state) {
+        j["draining"] = r.state->condition == TierCondition::kDraining || r.state->condition == TierCondition::kDrained;
+        j["condition"] = std::string(TierConditionName(r.state->condition));
+        j["from_config"] = r.state->from_config;
+      } else {
+        j["draining"] = nullptr;
+        j["condition"] = "unknown";
+        j["from_config"] = nullptr;
+      }
       j["state"] = Describe(r.state);
-      j["from_config"] = r.state.from_config;
       out.push_back(std::move(j));
     }
     std::printf("%s\n", out.dump(2).c_str());

@@ -21,13 +21,15 @@ int TierRm(const CommandContext& ctx, const std::string& name) {
   }
   // Asked before the removal: whether the runtime opened the tier from its config's storage
   // entries, in which case the next start opens it again (empty).
+  // A runtime older than TierStates cannot say: the removal goes on, without the note.
   auto states = c->client->Call(c->pool, cteproto::TierStates{});
-  if (!states.ok()) {
+  if (!states.ok() && !PredatesTierStates(states.status())) {
     std::fprintf(stderr, "clioctl: tier rm: the tiers' states: %s\n", states.status().ToString().c_str());
     return 1;
   }
   bool in_config = false;
-  for (const TierState& s : states->states) in_config |= s.tier_id == t->tier_id && s.from_config;
+  if (states.ok())
+    for (const TierState& s : states->states) in_config |= s.tier_id == t->tier_id && s.from_config;
   auto r = c->client->Call(c->pool, cteproto::RemoveTier{.tier = t->tier_id});
   if (!r.ok()) {
     std::fprintf(stderr, "clioctl: tier rm %s: %s\n", name.c_str(), r.status().ToString().c_str());
