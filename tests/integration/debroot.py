@@ -18,6 +18,19 @@ from e2e_test import check, describe, log, run_cmd
 
 APT_CACHE = "/var/cache/apt/archives"
 
+# A namespace cloned from the host's (systemd-nspawn makes one) keeps its own copy of every mount
+# it found, and where the host's mounts are private an unmount on the host never reaches that
+# copy: the FUSE connection lives on, and a test beside it that unmounts its CLIO mount waits for
+# a clio-fuse that serves the container's copy until the container ends. So a container starts
+# from a namespace of its own whose copies of FUSE mounts are detached first.
+_DETACH_FUSE = ("findmnt -rn -o TARGET,FSTYPE | awk '$2 ~ /^fuse($|[.]|blk$)/ {print $1}' | sort -r | "
+                "while read -r m; do umount -l \"$m\"; done; exec \"$@\"")
+
+
+def without_fuse_mounts(argv):
+    """argv, run in a private mount namespace without the host's FUSE mounts (see above)."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", _DETACH_FUSE, "sh"] + list(argv)
+
 
 def host_mirror():
     """The Debian mirror the host's apt uses (the only network these machines reach)."""

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_test import SRC_DIR, TestFailure, check, describe, log, run_cmd  # noqa: E402
-from debroot import APT_CACHE, make_root  # noqa: E402
+from debroot import APT_CACHE, make_root, without_fuse_mounts  # noqa: E402
 
 NEWCOMER_PACKAGES = ("git", "ca-certificates", "sudo")
 CCACHE_IN_ROOT = "/root/.cache/ccache"
@@ -89,10 +89,11 @@ class Root:
     def nspawn(self, script, timeout):
         """Runs a bash script in the root (its own mount namespace, /dev/fuse bound in, the host's
         network for apt and npm), from the copy of the source tree."""
-        argv = ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--pipe", "--as-pid2",
-                "-D", self.path, "--bind=/dev/fuse", f"--bind={APT_CACHE}:/var/cache/apt/archives",
-                f"--bind={self.ccache}:{CCACHE_IN_ROOT}", f"--setenv=CCACHE_DIR={CCACHE_IN_ROOT}",
-                "--setenv=HOME=/root", f"--chdir={self.src_inside}", "--", "bash", "-c", script]
+        argv = without_fuse_mounts([
+            "systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--pipe", "--as-pid2",
+            "-D", self.path, "--bind=/dev/fuse", f"--bind={APT_CACHE}:/var/cache/apt/archives",
+            f"--bind={self.ccache}:{CCACHE_IN_ROOT}", f"--setenv=CCACHE_DIR={CCACHE_IN_ROOT}",
+            "--setenv=HOME=/root", f"--chdir={self.src_inside}", "--", "bash", "-c", script])
         started = time.monotonic()
         # The source sits at the host's path (ccache keys hold it); nspawn would hide one under
         # /tmp behind a tmpfs of its own.

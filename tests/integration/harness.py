@@ -261,6 +261,30 @@ def find_fuse_pids(fuse_bin, mountpoint):
     return pids
 
 
+def describe_threads(pid):
+    """Each thread of `pid`: name, state, where it sleeps (wchan) and its kernel stack (root can
+    read it): what a process that does not exit is waiting on."""
+    out = [f"threads of pid {pid}:"]
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as e:
+        return f"pid {pid}: {e}"
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+
+        def read(name):
+            try:
+                with open(f"{base}/{name}") as f:
+                    return f.read().strip()
+            except OSError:
+                return "?"
+        state = next((line.split(":", 1)[1].strip() for line in read("status").splitlines()
+                      if line.startswith("State:")), "?")
+        stack = " <- ".join(line.split(" ", 1)[-1] for line in read("stack").splitlines()[:8])
+        out.append(f"  {tid} {read('comm')!r} {state} wchan={read('wchan')} stack: {stack}")
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------------------------
 # One test environment: temp dir, config, runtime, mount
 # ----------------------------------------------------------------------------------------------
@@ -429,8 +453,18 @@ class Env:
         check(cp.returncode == 0, "fusermount3 -u failed\n" + describe(cp))
         wait_until(lambda: not is_mounted(mnt), f"{mnt} to leave /proc/self/mounts")
         # The FUSE daemon must have finished (flushed) before the runtime is stopped.
-        wait_until(lambda: not find_fuse_pids(self.clio_fuse, mnt),
-                   f"clio-fuse for {mnt} to exit after unmount")
+        try:
+            wait_until(lambda: not find_fuse_pids(self.clio_fuse, mnt),
+                       f"clio-fuse for {mnt} to exit after unmount")
+        except TestFailure as e:
+            # What it is stuck on, for the report: its threads, and what it logged.
+            stuck = "\n".join(describe_threads(p) for p in find_fuse_pids(self.clio_fuse, mnt))
+            tail = ""
+            log_file = self.logs("clio-fuse-" + os.path.basename(mnt)) + ".stderr"
+            if os.path.exists(log_file):
+                with open(log_file, errors="replace") as f:
+                    tail = "".join(f.readlines()[-20:])
+            raise TestFailure(f"{e}\n{stuck}\n--- tail of {log_file} ---\n{tail}") from None
         log(f"unmounted {mnt}")
 
     def kill_fuse(self, mnt=None, sig=signal.SIGKILL):

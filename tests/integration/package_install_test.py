@@ -30,7 +30,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_test import TestFailure, check, describe, log, run_cmd, wait_until  # noqa: E402
 from package_test import find_deb  # noqa: E402
-from debroot import APT_CACHE, make_root, mounted  # noqa: E402
+from debroot import APT_CACHE, make_root, mounted, without_fuse_mounts  # noqa: E402
 
 
 def chroot_install(root, deb):
@@ -65,8 +65,8 @@ class Container:
         self.log_path = log_path
         self.out = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--console=read-only",
-             "-D", root, "--bind=/dev/fuse", "--boot"],
+            without_fuse_mounts(["systemd-nspawn", "--quiet", "--register=no", "--keep-unit",
+                                 "--console=read-only", "-D", root, "--bind=/dev/fuse", "--boot"]),
             stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT)
         self.pid = wait_until(self._init_pid, "the container's systemd to start", timeout=120, interval=0.2)
 
