@@ -275,7 +275,9 @@ Result<std::unique_ptr<RuntimeClient::Conn>> RuntimeClient::TakeConnection() {
   while (true) {
     auto c = NewConnection();
     if (c.ok() || c.status().code() != Code::kUnavailable || std::chrono::steady_clock::now() >= deadline) return c;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // runtime restarting: poll
+    if (cancelled_.load()) return c.status().WithContext("no more waiting for it: the client is closing");
+    // The runtime is restarting: poll every 100 ms, seeing a cancel within 10.
+    for (int i = 0; i < 10 && !cancelled_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 

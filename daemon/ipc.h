@@ -142,6 +142,11 @@ class RuntimeClient {
   const std::string& socket_path() const { return options_.socket_path; }
   // The transport the connections use (never kAuto once connected).
   IpcMode mode() const;
+  // Ends every wait for the runtime to come back (connect_wait_ms), now and from now on: a
+  // call that would wait fails at once (Unavailable, "... the client is closing"). For a
+  // client that is shutting down while the runtime is away. Calls to a runtime that answers
+  // are unaffected.
+  void CancelWaits() { cancelled_.store(true); }
 
  private:
   struct Conn;  // a socket, and maybe its shared-memory channel (ipc.cc)
@@ -168,6 +173,7 @@ class RuntimeClient {
   std::vector<std::unique_ptr<Conn>> idle_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   std::atomic<uint8_t> used_{static_cast<uint8_t>(IpcMode::kAuto)};  // the mode a connection got
+  std::atomic<bool> cancelled_{false};  // CancelWaits
 };
 
 }  // namespace clio

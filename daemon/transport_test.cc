@@ -520,6 +520,27 @@ TEST_CASE("a client rides out a runtime restart: its next call reconnects, over 
   CHECK(*once == "once");
 }
 
+TEST_CASE("CancelWaits ends a call waiting for an absent runtime, and every wait after it") {
+  Node n;
+  RuntimeClient::Options o = n.Options(IpcMode::kUnix);
+  o.connect_wait_ms = 600000;  // without the cancel, the call would wait ten minutes
+  auto c = RuntimeClient::Connect(o);
+  REQUIRE(c.ok());
+  CHECK(*(*c)->Call(7, 1, "before") == "before");
+  n.Down();
+  Result<std::string> r = Status(Code::kInternal, "not called");
+  std::thread caller([&] { r = (*c)->Call(7, 1, "after"); });
+  (*c)->CancelWaits();  // before or during the caller's wait: either way it ends
+  caller.join();
+  CHECK(r.status().code() == Code::kUnavailable);
+  CHECK_MESSAGE(r.status().message().find("the client is closing") != std::string::npos, r.status().ToString());
+  auto later = (*c)->Call(7, 1, "later");
+  CHECK_MESSAGE(later.status().message().find("the client is closing") != std::string::npos, later.status().ToString());
+  // A runtime that answers is still served.
+  n.Up();
+  CHECK(*(*c)->Call(7, 1, "back") == "back");
+}
+
 TEST_CASE("a worker stuck on one task gets a thread: the connections behind it are served, and it retires") {
   // One I/O worker, and no task is slow enough for the slow class: only the monitor can help.
   Node n("  num_threads: 1\n  stuck_task_ms: 20\n  slow_task_us: 60000000\n");

@@ -55,7 +55,8 @@ Result<uint64_t> Incarnation(RuntimeClient& rc, uint32_t pool_id) {
 // namespace's incarnation; a new one (a runtime restarted under the mount, or the first
 // answer) has the mount reattach. Then waits for that connection to hang up. On a thread of
 // its own (libfuse's notifications must not come from a request's thread), until Stop(),
-// which may wait up to the client's connect wait (30 s) while the runtime is away.
+// which ends the client's waits for an absent runtime (CancelWaits): the session's loop has
+// ended, so nothing else waits on it, and a stop never waits out the 30 s connect wait.
 class RestartWatcher {
  public:
   RestartWatcher(std::shared_ptr<RuntimeClient> rc, uint32_t pool_id, FuseMount* mount)
@@ -65,6 +66,7 @@ class RestartWatcher {
   ~RestartWatcher() { Stop(); }
   void Stop() {
     if (!thread_.joinable()) return;
+    rc_->CancelWaits();
     const uint64_t one = 1;
     (void)!::write(stop_fd_, &one, sizeof one);
     thread_.join();
