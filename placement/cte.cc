@@ -180,7 +180,7 @@ Status Cte::Recover() {
 Status Cte::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size) {
   if (size == 0) return reservations_->KeepRoom(tag, blob, 0);  // letting go needs no look
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   // What its persistent copies occupy lies inside the room it keeps.
   return reservations_->KeepRoom(tag, blob, size, PersistentFill(e));
@@ -296,7 +296,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   auto done = [](Status s) { return PutAttempt{PutStep::kDone, std::move(s), 0, 0}; };
   const uint64_t end = offset + data.size();
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   auto loaded = LoadEntry(tag, blob);
   if (!loaded.ok()) return done(loaded.status());
   const BlobEntry& e = *loaded;
@@ -418,23 +418,54 @@ Status Cte::ReadMerged(const BlobEntry& e, const TierList& tiers, uint64_t offse
   return Status::Ok();
 }
 
+// A read loads the blob's entry and reads its tiers without the stripe lock, so a slow tier (an
+// S3 GET, a disk) never stalls the blob's writers, the flusher or the mover, nor the other blobs
+// of its stripe. The stripe's change count, read under the lock before and after, validates it:
+// unchanged, no change to any blob of the stripe ran in between, so the entry was current and
+// no extent read was freed (an extent is freed only after a change under the lock released
+// it). Changed, the bytes may be stale or another blob's: they are dropped and the read tries
+// again, in the end under the lock, which always finishes. A tier error seen while the count
+// moved is retried the same way (an S3 object deleted by the change, say).
 Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, char* out) {
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  for (int attempt = 0; attempt < kOptimisticReads; ++attempt) {
+    uint64_t seen = 0;
+    {
+      MutexLock l(&s.mu);
+      seen = s.changes;
+    }
+    // Taken before the entry: a copy on a tier added after this snapshot was placed by a change,
+    // which the check below sees.
+    const TierSnapshot tiers = Tiers();
+    Result<BlobEntry> e = LoadEntry(tag, blob);
+    Status read = e.ok() ? ReadMerged(*e, *tiers, offset, len, out) : e.status();
+    MutexLock l(&s.mu);
+    if (s.changes != seen) {
+      optimistic_retries_.Add();
+      continue;
+    }
+    if (e.ok()) NoteRead(s, tag, blob, *e, *tiers);
+    return read;
+  }
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   const TierSnapshot tiers = Tiers();
+  NoteRead(s, tag, blob, e, *tiers);
+  return ReadMerged(e, *tiers, offset, len, out);
+}
+
+void Cte::NoteRead(Stripe& s, uint64_t tag, uint64_t blob, const BlobEntry& e, const TierList& tiers) {
   for (const BlobCopy& c : e.copies) {
     if (c.state != CopyState::kClean) continue;
-    Tier* t = TierIn(*tiers, c.tier_id);
+    Tier* t = TierIn(tiers, c.tier_id);
     if (t && t->is_volatile) clean_lru_.Touch(c.tier_id, tag, blob);
   }
   if (!e.copies.empty()) NoteAccess(s, tag, blob);
-  return ReadMerged(e, *tiers, offset, len, out);
 }
 
 Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   std::vector<CopyLocation> out;
   for (const BlobCopy& c : e.copies)
@@ -468,7 +499,7 @@ void Cte::ReleaseCopies(std::vector<BlobCopy> copies, const TierList& tiers, KvB
 
 Status Cte::DelBlob(uint64_t tag, uint64_t blob, int64_t* stored_delta) {
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   return RemoveLocked(tag, blob, std::move(e), stored_delta);
 }
@@ -496,7 +527,7 @@ Status Cte::TruncateBlob(uint64_t tag, uint64_t blob, uint64_t size, int64_t* st
   if (stored_delta) *stored_delta = 0;
   if (size == 0) return DelBlob(tag, blob, stored_delta);
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   if (e.copies.empty() || e.size() <= size) return Status::Ok();
   const uint64_t stored_before = e.stored();
@@ -517,7 +548,7 @@ Status Cte::PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len
   if (len == 0) return Status::Ok();
   const uint64_t end = offset + len < offset ? UINT64_MAX : offset + len;
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   if (e.copies.empty()) return Status::Ok();
   const uint64_t stored_before = e.stored();
@@ -531,7 +562,7 @@ Status Cte::PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len
 
 Result<RangeSet> Cte::BlobRanges(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   RangeSet all;
   for (const BlobCopy& c : e.copies)

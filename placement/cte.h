@@ -23,8 +23,9 @@
 // change is durable. At Open(), volatile copies are dropped from the index and each persistent
 // tier's allocator is reconciled with the extents the index names.
 //
-// Thread safety: all public methods may be called concurrently. Operations on one blob are
-// serialized by a striped lock; different blobs proceed in parallel.
+// Thread safety: all public methods may be called concurrently. Changes to one blob are
+// serialized by a striped lock; different blobs proceed in parallel. A read holds the lock only
+// to look, not across the tier I/O (see GetBlob in cte.cc).
 #pragma once
 
 #include <atomic>
@@ -377,8 +378,28 @@ class Cte {
   };
   struct Stripe {
     Mutex mu;
+    // Counts the holds of `mu` that may have changed a blob of this stripe (every StripeLock).
+    // A read that found it unchanged around its unlocked tier I/O read bytes no change touched.
+    uint64_t changes GUARDED_BY(mu) = 0;
     std::map<std::pair<uint64_t, uint64_t>, AccessCount> access GUARDED_BY(mu);
   };
+  // Holds a stripe's lock to change its blobs (or to read under it): counts a change, so
+  // optimistic readers of the stripe retry. Only GetBlob's checks take `mu` without it.
+  class SCOPED_CAPABILITY StripeLock {
+   public:
+    explicit StripeLock(Stripe& s) ACQUIRE(s.mu) : mu_(&s.mu) {
+      mu_->Lock();
+      ++s.changes;
+    }
+    ~StripeLock() RELEASE() { mu_->Unlock(); }
+    StripeLock(const StripeLock&) = delete;
+    StripeLock& operator=(const StripeLock&) = delete;
+
+   private:
+    Mutex* mu_;
+  };
+  // Unlocked tries of a read before it reads under the stripe lock (which always finishes).
+  static constexpr int kOptimisticReads = 3;
   static constexpr size_t kStripes = 256;
 
   Cte(KvStore* kv, const CteConfig& c)
@@ -421,10 +442,13 @@ class Cte {
   };
   Result<std::map<uint64_t, KnownTier>> KnownTiers();
   Stripe& StripeFor(uint64_t tag, uint64_t blob);
+  // What a read tells the clean LRU and the blob's score (caller holds the stripe lock).
+  void NoteRead(Stripe& s, uint64_t tag, uint64_t blob, const BlobEntry& e, const TierList& tiers)
+      REQUIRES(s.mu);
   // Takes and releases every stripe lock once: every operation that held one when this began
   // (a placement that saw a tier open, say) has finished when it returns.
   void StripeBarrier() {
-    for (size_t i = 0; i < kStripes; ++i) MutexLock barrier(&stripes_[i].mu);
+    for (size_t i = 0; i < kStripes; ++i) StripeLock barrier(stripes_[i]);
   }
   // The tier list now. Operations take one snapshot and use it throughout; a tier added
   // meanwhile is used by the next operation, a removed one stays valid while held.
@@ -580,6 +604,7 @@ class Cte {
   // The dirty blobs of `*tag`, or all of them when tag is null.
   std::vector<std::pair<uint64_t, uint64_t>> DirtyKeys(const uint64_t* tag) REQUIRES(dirty_mu_);
   metrics::Counter flushes_, flushed_bytes_, promotions_, demotions_, moved_bytes_;
+  metrics::Counter optimistic_retries_;
   metrics::Histogram flush_lag_;
   metrics::SamplerRegistration sampler_;
 };

@@ -20,6 +20,9 @@ void Cte::InitMetrics() {
   flush_lag_ = metrics::GetHistogram("clio_cte_flush_lag_seconds",
                                      "Time from a blob becoming dirty to its flush, in seconds", {},
                                      metrics::LatencyBuckets());
+  optimistic_retries_ = metrics::GetCounter(
+      "clio_cte_read_retries_total",
+      "Blob reads done again because the blob's stripe changed during their unlocked tier I/O", {});
 }
 
 void Cte::LabelTier(Tier& t) {

@@ -37,7 +37,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
   Stripe& s = StripeFor(tag, blob);
   BlobEntry before;
   {
-    MutexLock l(&s.mu);
+    StripeLock l(s);
     CLIO_ASSIGN_OR_RETURN(before, LoadEntry(tag, blob));
   }
   if (before.copies.empty()) return uint64_t{0};
@@ -76,7 +76,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
     }
   }
 
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   auto now = LoadEntry(tag, blob);
   if (!now.ok() || !(*now == before)) {
     (void)t.bdev->Free(fresh.extents);
@@ -126,7 +126,8 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
     return ap;
   }
   NoteFill(tag, blob, next);
-  // Volatile copies: every reader holds this stripe lock, so none is reading them now.
+  // Volatile copies are freed at once: a reader still reading them finds the stripe changed
+  // (this holds its StripeLock) and drops what it read (GetBlob).
   for (auto& [ct, c] : free_now) {
     Status f = ct->bdev->Free(c.extents);
     if (!f.ok()) CLIO_LOG_ERROR("freeing a moved volatile copy: {}", f.ToString());
@@ -142,7 +143,7 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, uint64_t* moved) {
     BlobEntry e;
     {
       Stripe& s = StripeFor(tag, blob);
-      MutexLock l(&s.mu);
+      StripeLock l(s);
       CLIO_ASSIGN_OR_RETURN(e, LoadEntry(tag, blob));
     }
     if (std::none_of(e.copies.begin(), e.copies.end(), [&](const BlobCopy& c) { return c.tier_id == tid; }))

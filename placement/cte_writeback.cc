@@ -129,8 +129,9 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
       reservations_->RestoreBlob(tag, blob, spent);
       return s;
     }
-    // Volatile copies die with the process anyway: their room is reusable at once (every
-    // reader holds this blob's stripe lock, so none is reading them).
+    // Volatile copies die with the process anyway: their room is reusable at once (a reader
+    // still reading them finds the stripe changed, since this holds its StripeLock, and drops
+    // what it read: GetBlob).
     for (auto& [b, ext] : free_now) (void)b->Free(ext);
     for (Tier* d : drained) d->drained_copies.fetch_add(1);
     // The persistent copy is allocated and recorded: its reservation and the dirty bytes
@@ -148,7 +149,7 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
 
 Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   Status st = FlushBlobLocked(tag, blob);
   MutexLock d(&dirty_mu_);
   if (st.ok()) {
@@ -280,7 +281,7 @@ void Cte::EvictClean(Tier& t, uint64_t bytes) {
 Result<uint64_t> Cte::DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob) {
   const uint64_t tid = t.bdev->tier_id();
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  StripeLock l(s);
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   BlobEntry next;
   std::vector<BlobCopy> drop;
@@ -307,7 +308,7 @@ Result<uint64_t> Cte::DropCleanCopies(Tier& t, uint64_t tag, uint64_t blob) {
   else
     batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
   CLIO_RETURN_IF_ERROR(kv_->Apply(std::move(batch)));
-  // As in a flush: the copy is volatile and every reader holds this stripe lock.
+  // As in a flush: the copy is volatile, and a reader of it finds the stripe changed.
   uint64_t freed = 0;
   for (const BlobCopy& c : drop) {
     Status f = t.bdev->Free(c.extents);

@@ -99,6 +99,20 @@ class ServerProcess {
     REQUIRE(r.ok());
     REQUIRE(r->status == 200);
   }
+  // Requests waiting in a "hold" fault now.
+  int Held() const {
+    auto r = Admin("GET", "/_admin/faults");
+    REQUIRE(r.ok());
+    const size_t at = r->body.find("\"held\": ");
+    REQUIRE(at != std::string::npos);
+    return std::atoi(r->body.c_str() + at + 8);
+  }
+  // Serves the held requests (and lets later holds pass until the faults are cleared).
+  void Release() const {
+    auto r = Admin("POST", "/_admin/release");
+    REQUIRE(r.ok());
+    REQUIRE(r->status == 200);
+  }
 
  private:
   bool Answers() const {

@@ -21,6 +21,11 @@ Fault kinds (each consumes one queued count on a matching request, before authen
                       (as s3rver does for "bytes=0-0"; a correct client takes its part)
   request_timeout     HTTP 400 with code RequestTimeout (S3: the body came too slowly)
   trickle             a GET's body is sent one byte every delay_s seconds
+  hold                the request waits, before it is served, until POST /_admin/release (or
+                      delay_s seconds, 120 when 0); GET /_admin/faults counts it in "held"
+
+  POST /_admin/release       serves the held requests, and lets later holds pass at once until
+                             the next /_admin/clear_faults
 Only the Python standard library is used.
 """
 
@@ -35,7 +40,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULT_KINDS = {"500", "503", "429", "403", "non_xml", "drop", "truncate", "bad_length", "slow",
-               "wide_range", "request_timeout", "trickle"}
+               "wide_range", "request_timeout", "trickle", "hold"}
 
 
 class Faults:
@@ -43,6 +48,8 @@ class Faults:
         self.lock = threading.Lock()
         self.queue = []  # dicts: kind, count, method, delay_s, path_prefix
         self.fired = 0
+        self.held = 0  # requests waiting in a "hold" fault now
+        self.released = threading.Event()
 
     def add(self, spec):
         kind = str(spec.get("kind", ""))
@@ -78,6 +85,14 @@ class Faults:
     def clear(self):
         with self.lock:
             self.queue.clear()
+        self.released.clear()
+
+    def hold(self, delay_s):
+        with self.lock:
+            self.held += 1
+        self.released.wait(delay_s or 120)
+        with self.lock:
+            self.held -= 1
 
 
 class Stats:
@@ -174,6 +189,9 @@ class StandinHandler(BaseHTTPRequestHandler):
         if kind == "slow":
             time.sleep(fault["delay_s"])
             return False  # then answer normally (the client has likely given up)
+        if kind == "hold":
+            self.server.faults.hold(fault["delay_s"])
+            return False  # then served as it is now
         if kind == "drop":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -255,7 +273,11 @@ class StandinHandler(BaseHTTPRequestHandler):
                 srv.faults.add(json.loads(body or b"{}"))
                 self.answer_json(200, {"queued": srv.faults.snapshot()})
             elif path == "/_admin/faults" and self.command == "GET":
-                self.answer_json(200, {"queued": srv.faults.snapshot(), "fired": srv.faults.fired})
+                self.answer_json(200, {"queued": srv.faults.snapshot(), "fired": srv.faults.fired,
+                                       "held": srv.faults.held})
+            elif path == "/_admin/release" and self.command == "POST":
+                srv.faults.released.set()
+                self.answer_json(200, {})
             elif path == "/_admin/clear_faults" and self.command == "POST":
                 srv.faults.clear()
                 self.answer_json(200, {"queued": []})

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from urllib.parse import quote
 
@@ -163,6 +164,24 @@ def s3_checks(tmp):
         t0 = time.monotonic()
         st, _, _ = slow.s3("GET", "/bkt/k3")
         check(st is None and time.monotonic() - t0 < 1.9, "a slow answer makes the client time out")
+        # A held GET waits for the release, then is answered with what the object holds then.
+        c.admin("POST", "/_admin/fault", {"kind": "hold", "count": 1, "method": "GET"})
+        held_answer = []
+        waiter = threading.Thread(target=lambda: held_answer.append(Conn(port).s3("GET", "/bkt/k3")))
+        waiter.start()
+        held = 0
+        for _ in range(600):  # readiness poll: the request reached the hold
+            held = c.admin("GET", "/_admin/faults")[1]["held"]
+            if held:
+                break
+            time.sleep(0.05)
+        check(held == 1 and not held_answer, "a held GET waits")
+        check(c.s3("PUT", "/bkt/k3", b"w")[0] == 200, "other requests pass a held one")
+        c.admin("POST", "/_admin/release")
+        waiter.join(30)
+        check(held_answer and held_answer[0][0] == 200 and held_answer[0][2] == b"w",
+              "a released GET is served with the object as it is then")
+        c.admin("POST", "/_admin/clear_faults")
         st, stats = c.admin("GET", "/_admin/stats")
         check(st == 200 and stats["bytes_stored"] == len(data) + 1 and stats["objects"] == 2,
               f"stats count stored bytes ({stats['bytes_stored']})")
