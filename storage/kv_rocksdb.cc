@@ -2,7 +2,7 @@
 //
 // Layers, newest first: `active_` (batches applied since the last commit started), the
 // committing overlay (the commit now in flight, if any), RocksDB. Each overlay maps a key to its
-// new value or to a tombstone (nullopt). Readers take mu_ and look through the layers in order.
+// new value or to a tombstone (nullopt). Readers look through the layers in order.
 //
 // Invariants:
 //  - RocksDB only ever receives whole commits, as one WriteBatch written with sync = true, so a
@@ -14,9 +14,20 @@
 //    next commit to start either writes it, or fails and leaves it (merged back) for the one after.
 //    Hence: once any commit numbered >= a caller's target succeeds, the caller's data is durable.
 //
-// Lock order: mu_ is the only lock. It is held while reading RocksDB (Get, Scan, conditions of
-// Apply) so the overlay and the DB are seen together, but never across a commit's write, its
-// pre-commit hooks or its OnDurable callbacks.
+// Reads hold mu_ only for the overlays, never across RocksDB:
+//  - Get looks in both overlays under mu_ and, on a miss, reads RocksDB after releasing it. That
+//    read is linearizable: RocksDB's value for the key then is the merged view's at the lookup,
+//    or a later commit's. A commit that writes the key started after the lookup (had it started
+//    before, its overlay would have been in committing_ and held the key), and at its start the
+//    merged view of the key was exactly what it writes.
+//  - Scan copies the part of active_ inside its range, keeps a reference to the committing
+//    overlay and takes a RocksDB snapshot, all under mu_; it merges them without the lock, so a
+//    page is one consistent view.
+//  - db_users_ counts readers using db_ without mu_; Close() waits for them before closing it.
+//  Apply's conditions still read under mu_ (they must be atomic with the writes).
+//
+// Lock order: mu_ is the only lock. It is never held across a commit's write, its pre-commit
+// hooks or its OnDurable callbacks.
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -73,9 +84,14 @@ class RocksDbKv final : public KvStore {
   }
 
   Result<std::optional<std::string>> Get(std::string_view key) override EXCLUDES(mu_) {
-    MutexLock l(&mu_);
-    if (closed_) return ClosedError();
-    return LookupLocked(key);
+    {
+      MutexLock l(&mu_);
+      if (closed_) return ClosedError();
+      if (auto hit = OverlayLookupLocked(key)) return std::move(*hit);
+      ++db_users_;
+    }
+    DbUse use(this);
+    return DbGet(key);
   }
 
   Status Apply(KvBatch batch) override EXCLUDES(mu_);
@@ -96,8 +112,28 @@ class RocksDbKv final : public KvStore {
 
   Status ClosedError() const { return Unavailable("metadata store " + path_ + " is closed"); }
 
-  // The merged view of one key: active_, then the committing overlay, then RocksDB.
+  // A key's entry in the overlays (active_, then the committing one): its value or a tombstone;
+  // nullopt when neither holds it.
+  std::optional<std::optional<std::string>> OverlayLookupLocked(std::string_view key) REQUIRES(mu_);
+  // The merged view of one key: the overlays, then RocksDB (read under mu_).
   Result<std::optional<std::string>> LookupLocked(std::string_view key) REQUIRES(mu_);
+  // RocksDB's value of a key. Call holding mu_ or a db_users_ count (db_ stays open for both).
+  Result<std::optional<std::string>> DbGet(std::string_view key);
+
+  // Ends a use of db_ counted in db_users_ (taken under mu_ while the store was open).
+  class DbUse {
+   public:
+    explicit DbUse(RocksDbKv* kv) : kv_(kv) {}
+    ~DbUse() {
+      MutexLock l(&kv_->mu_);
+      if (--kv_->db_users_ == 0 && kv_->closed_) kv_->done_cv_.NotifyAll();
+    }
+    DbUse(const DbUse&) = delete;
+    DbUse& operator=(const DbUse&) = delete;
+
+   private:
+    RocksDbKv* kv_;
+  };
 
   void CommitLoop() EXCLUDES(mu_);
   // Runs one commit numbered `seq`; drops mu_ around hooks, the write and the callbacks.
@@ -114,8 +150,9 @@ class RocksDbKv final : public KvStore {
   const std::chrono::milliseconds interval_;
   std::thread thread_;
   std::thread::id commit_thread_id_;  // kept apart from thread_, which join() clears
-  // Not guarded: the commit thread writes through it without mu_. It is reset only by Close(),
-  // after closed_ stops new readers and the commit thread has been joined.
+  // Not guarded: the commit thread writes through it and readers counted in db_users_ read it,
+  // without mu_. It is closed only by Close(), after closed_ stops new readers, the commit thread
+  // has been joined and db_users_ fell to 0.
   std::unique_ptr<rocksdb::DB> db_;
 
   Mutex mu_;
@@ -135,14 +172,24 @@ class RocksDbKv final : public KvStore {
   bool closed_ GUARDED_BY(mu_) = false;         // Close() began: refuse new calls
   bool stopping_ GUARDED_BY(mu_) = false;       // commit thread: exit after the final commit
   bool close_done_ GUARDED_BY(mu_) = false;
+  uint32_t db_users_ GUARDED_BY(mu_) = 0;       // readers using db_ without mu_
   Status close_status_ GUARDED_BY(mu_);
 };
 
-Result<std::optional<std::string>> RocksDbKv::LookupLocked(std::string_view key) {
+std::optional<std::optional<std::string>> RocksDbKv::OverlayLookupLocked(std::string_view key) {
   if (auto it = active_.find(key); it != active_.end()) return it->second;
   if (committing_) {
     if (auto it = committing_->find(key); it != committing_->end()) return it->second;
   }
+  return std::nullopt;
+}
+
+Result<std::optional<std::string>> RocksDbKv::LookupLocked(std::string_view key) {
+  if (auto hit = OverlayLookupLocked(key)) return std::move(*hit);
+  return DbGet(key);
+}
+
+Result<std::optional<std::string>> RocksDbKv::DbGet(std::string_view key) {
   std::string value;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
@@ -176,19 +223,39 @@ Status RocksDbKv::Apply(KvBatch batch) {
 
 Result<KvPairs> RocksDbKv::Scan(std::string_view prefix, std::string_view start_after,
                                 size_t limit) {
-  MutexLock l(&mu_);
-  if (closed_) return ClosedError();
   // Every source is positioned at its first key that is >= prefix and > start_after.
   const bool after = start_after >= prefix;  // otherwise start_after bounds nothing
+  auto in_range = [&](std::string_view k) { return StartsWith(k, prefix); };
   auto first = [&](const Overlay& o) {
     return after ? o.upper_bound(start_after) : o.lower_bound(prefix);
   };
+  // The view, taken under mu_: active_'s part of the range (copied), the committing overlay
+  // (immutable: a reference is enough) and a RocksDB snapshot of the same instant.
+  std::vector<std::pair<std::string, std::optional<std::string>>> active;
+  std::shared_ptr<const Overlay> committing_ref;
+  const rocksdb::Snapshot* snapshot = nullptr;
+  {
+    MutexLock l(&mu_);
+    if (closed_) return ClosedError();
+    for (auto it = first(active_); it != active_.end() && in_range(it->first); ++it) active.emplace_back(*it);
+    committing_ref = committing_;
+    snapshot = db_->GetSnapshot();
+    ++db_users_;
+  }
+  DbUse use(this);
+  struct SnapshotRelease {
+    rocksdb::DB* db;
+    const rocksdb::Snapshot* snapshot;
+    ~SnapshotRelease() { db->ReleaseSnapshot(snapshot); }
+  } release{db_.get(), snapshot};
+
   static const Overlay kEmpty;
-  const Overlay& committing = committing_ ? *committing_ : kEmpty;
-  auto a = first(active_);
+  const Overlay& committing = committing_ref ? *committing_ref : kEmpty;
+  auto a = active.begin();
   auto c = first(committing);
 
   rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot;
   // The end of the prefix range as an upper bound: without it, a Seek whose range holds no
   // live key walks every tombstone up to the next live key beyond the range (after N unlinks,
   // each unlink's scans cost O(N)).
@@ -207,10 +274,9 @@ Result<KvPairs> RocksDbKv::Scan(std::string_view prefix, std::string_view start_
 
   // A source is exhausted at its end or at its first key past the prefix range (the range is
   // contiguous in key order and every source starts inside or past it).
-  auto in_range = [&](std::string_view k) { return StartsWith(k, prefix); };
   KvPairs out;
   while (limit == 0 || out.size() < limit) {
-    const bool a_ok = a != active_.end() && in_range(a->first);
+    const bool a_ok = a != active.end();  // holds only keys in the range
     const bool c_ok = c != committing.end() && in_range(c->first);
     const bool d_ok = it->Valid() && in_range(it->key().ToStringView());
     if (!a_ok && !c_ok && !d_ok) break;
@@ -225,7 +291,7 @@ Result<KvPairs> RocksDbKv::Scan(std::string_view prefix, std::string_view start_
     bool decided = false;
     std::string key_copy(key);  // `key` may point into a source that advances below
     if (a_ok && a->first == key_copy) {
-      value = a->second;
+      value = std::move(a->second);
       decided = true;
       ++a;
     }
@@ -282,6 +348,7 @@ Status RocksDbKv::Close() {
   Status s;
   {
     MutexLock l(&mu_);
+    while (db_users_ > 0) done_cv_.Wait(&mu_);  // readers still using db_ without mu_
     s = ResultSinceLocked(target);
     if (!s.ok()) {
       CLIO_LOG_ERROR("metadata store {}: final commit failed, {} keys not durable: {}", path_,
