@@ -151,11 +151,36 @@ Result<RuntimeStats> DecodeRuntimeStats(std::string_view bytes) {
   return r.stats;
 }
 
+Result<std::string> BoundedAnswer(Result<std::string> r) {
+  if (r.ok() && r->size() > kMaxPayload)
+    return Status(Code::kOutOfRange, "the answer of " + std::to_string(r->size()) + " bytes exceeds the " +
+                                         std::to_string(kMaxPayload) + "-byte frame limit");
+  return r;
+}
+
+ResponseHeader AnswerHeader(const RequestHeader& h, const Result<std::string>& r, std::string_view* body) {
+  ResponseHeader rh;
+  rh.version = h.version;
+  rh.request_id = h.request_id;
+  *body = r.ok() ? std::string_view(r.value()) : std::string_view(r.status().message());
+  rh.code = static_cast<uint16_t>(r.status().code());
+  rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body->size(), kMaxPayload));
+  return rh;
+}
+
 Status ValidateRequestHeader(const RequestHeader& h) {
   if (h.magic != kIpcMagic) return Corruption("bad frame magic");
-  if (h.version != kIpcVersion)
-    return Corruption("unsupported protocol version " + std::to_string(h.version) +
-                      " (this runtime speaks " + std::to_string(kIpcVersion) + ")");
+  if (h.version < kIpcMinVersion || h.version > kIpcVersion) {
+    const std::string versions = "the client speaks CLIO IPC version " + std::to_string(h.version) +
+                                 ", this runtime versions " + std::to_string(kIpcMinVersion) + " to " +
+                                 std::to_string(kIpcVersion);
+    return Status(Code::kNotSupported,
+                  h.version > kIpcVersion
+                      ? versions + ": the client is newer than the runtime (restart the runtime after "
+                                   "upgrading the package, or use the client of the runtime's release)"
+                      : versions + ": the client is older than the runtime supports (upgrade it: remount, "
+                                   "or run the clioctl of the runtime's release)");
+  }
   if (h.payload_len > kMaxPayload)
     return Corruption("payload of " + std::to_string(h.payload_len) + " bytes exceeds the limit");
   return Status::Ok();
@@ -163,7 +188,13 @@ Status ValidateRequestHeader(const RequestHeader& h) {
 
 Status ValidateResponseHeader(const ResponseHeader& h) {
   if (h.magic != kIpcMagic) return Corruption("bad response magic");
-  if (h.version != kIpcVersion) return Corruption("unsupported response version");
+  if (h.version != kIpcVersion) {
+    // A runtime answers in the version it was asked in: another one is not a CLIO runtime of a
+    // release that serves this client.
+    return Corruption("the runtime answered in CLIO IPC version " + std::to_string(h.version) +
+                      "; this client speaks version " + std::to_string(kIpcVersion) +
+                      " (a runtime and client of releases too far apart?)");
+  }
   if (h.payload_len > kMaxPayload) return Corruption("oversized response");
   if (h.code >= static_cast<uint16_t>(Code::kCount)) return Corruption("unknown status code in response");
   return Status::Ok();

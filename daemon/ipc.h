@@ -30,6 +30,14 @@ inline constexpr uint32_t kIpcMagic = 0x4f494c43;  // "CLIO"
 // 3: attributes carry the stored byte count.
 // 4: shared-memory channels and TCP (OpenChannel, Hello), response flags, more runtime stats.
 inline constexpr uint16_t kIpcVersion = 4;
+// The oldest client version a runtime serves. A wire change raises kIpcVersion and leaves this
+// at the previous release's version for one release, so a clio-fuse of that release keeps
+// working across the package upgrade that restarts the runtime; the runtime answers each request
+// in the version it came in. 4 is the first version of a release: nothing older to serve yet.
+// The header layouts below never change (versions change payloads only), so a client of any
+// version reads the runtime's refusal of its version.
+inline constexpr uint16_t kIpcMinVersion = 4;
+static_assert(kIpcMinVersion <= kIpcVersion);
 
 struct RequestHeader {
   uint32_t magic = kIpcMagic;
@@ -62,7 +70,15 @@ static_assert(sizeof(ResponseHeader) == 24);
 // channel: the header is in the segment, the payload follows on the channel's socket.
 inline constexpr uint32_t kResponsePayloadOnSocket = 1;
 
-// Checks a received header; Corruption naming the problem.
+// An answer never exceeds the frame limit: a bigger one becomes an OutOfRange error, not a
+// truncation.
+Result<std::string> BoundedAnswer(Result<std::string> r);
+// The header answering `h` with `r` (passed through BoundedAnswer first), in the client's
+// version (see kIpcMinVersion); `*body` is set to the payload to send after it.
+ResponseHeader AnswerHeader(const RequestHeader& h, const Result<std::string>& r, std::string_view* body);
+
+// Checks a received header; Corruption naming the problem, or NotSupported for a version outside
+// kIpcMinVersion..kIpcVersion (naming both sides' versions and what to upgrade).
 Status ValidateRequestHeader(const RequestHeader& h);
 Status ValidateResponseHeader(const ResponseHeader& h);
 

@@ -101,13 +101,60 @@ TEST_CASE("a malformed frame closes that connection only; the runtime keeps serv
     REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     RequestHeader h;
     if (variant == 0) h.magic = 0xdeadbeef;
-    if (variant == 1) h.version = 99;
-    if (variant == 2) h.payload_len = kMaxPayload + 1;
+    if (variant == 1) h.payload_len = kMaxPayload + 1;
+    if (variant == 2) h.magic = kIpcMagic + 1;
     REQUIRE(send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h);
     char b;
     CHECK(recv(fd, &b, 1, 0) == 0);  // closed without a reply
     close(fd);
   }
+  auto c = RuntimeClient::Connect(o);
+  REQUIRE(c.ok());
+  CHECK((*c)->Call(7, 1, "still here").ok());
+}
+
+TEST_CASE("a client of an IPC version the runtime does not serve is told so, naming both versions") {
+  RuntimeFixture f;
+  RuntimeClient::Options o;
+  o.socket_path = f.sock();
+  for (uint16_t version : {static_cast<uint16_t>(kIpcVersion + 1), static_cast<uint16_t>(kIpcMinVersion - 1)}) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, f.sock().c_str());
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    RequestHeader h;
+    h.version = version;
+    h.pool = 7;
+    h.method = 1;
+    h.request_id = 42;
+    h.payload_len = 5;
+    std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+    frame += "hello";
+    REQUIRE(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size()));
+    // The answer comes in the client's own version, so that client can read it.
+    ResponseHeader r;
+    REQUIRE(recv(fd, &r, sizeof r, MSG_WAITALL) == sizeof r);
+    CHECK(r.magic == kIpcMagic);
+    CHECK(r.version == version);
+    CHECK(r.request_id == 42);
+    CHECK(r.code == static_cast<uint16_t>(Code::kNotSupported));
+    std::string why(r.payload_len, '\0');
+    REQUIRE(recv(fd, why.data(), why.size(), MSG_WAITALL) == static_cast<ssize_t>(why.size()));
+    CHECK(why.find("version " + std::to_string(version)) != std::string::npos);
+    CHECK(why.find(std::to_string(kIpcMinVersion) + " to " + std::to_string(kIpcVersion)) != std::string::npos);
+    CHECK(why.find(version > kIpcVersion ? "newer" : "older") != std::string::npos);
+    char b;
+    CHECK(recv(fd, &b, 1, 0) == 0);  // then closed
+    close(fd);
+  }
+  // A client receiving an answer in another version names both.
+  ResponseHeader other;
+  other.version = kIpcVersion + 1;
+  Status s = ValidateResponseHeader(other);
+  CHECK(s.code() == Code::kCorruption);
+  CHECK(s.message().find("version " + std::to_string(kIpcVersion + 1)) != std::string::npos);
+  CHECK(s.message().find("version " + std::to_string(kIpcVersion) + " ") != std::string::npos);
   auto c = RuntimeClient::Connect(o);
   REQUIRE(c.ok());
   CHECK((*c)->Call(7, 1, "still here").ok());

@@ -104,14 +104,6 @@ constexpr size_t kPayloadChunk = 1u << 20;
 constexpr uint32_t kMaxReaderPayload = 64u << 10;
 constexpr int kMaxReaderConnections = 32;
 
-// A response never exceeds the frame limit: a bigger one is an error, not a truncation.
-Result<std::string> Bounded(Result<std::string> r) {
-  if (r.ok() && r->size() > kMaxPayload)
-    return Status(Code::kOutOfRange, "the answer of " + std::to_string(r->size()) + " bytes exceeds the " +
-                                         std::to_string(kMaxPayload) + "-byte frame limit");
-  return r;
-}
-
 bool IsHandshake(const RequestHeader& h) {
   return h.pool == 0 && (h.method == static_cast<uint32_t>(AdminMethod::kHello) ||
                          h.method == static_cast<uint32_t>(AdminMethod::kProve));
@@ -509,6 +501,16 @@ class Server::Impl {
       if (!valid.ok()) {
         ++malformed_;
         CLIO_LOG_WARN("dropping client connection: {}", valid.ToString());
+        // A version not served: the client is told why, then closed. A small payload is read
+        // first, so the close does not reset the connection under the answer.
+        if (valid.code() == Code::kNotSupported && h.magic == kIpcMagic) {
+          if (h.payload_len <= kMaxUnauthenticatedPayload) {
+            payload.resize(h.payload_len);
+            co_await asio::async_read(conn->sock, asio::buffer(payload.data(), payload.size()),
+                                      asio::redirect_error(asio::use_awaitable, ec));
+          }
+          if (!ec) co_await Reply(conn->sock, h, valid);
+        }
         co_return;
       }
       // The payload's bytes count against the runtime's in-flight budget (runtime.max_inflight)
@@ -578,12 +580,9 @@ class Server::Impl {
 
   template <typename Socket>
   asio::awaitable<bool> Reply(Socket& sock, const RequestHeader& h, Result<std::string> answer) {
-    const Result<std::string> r = Bounded(std::move(answer));
-    ResponseHeader rh;
-    rh.request_id = h.request_id;
-    const std::string& body = r.ok() ? r.value() : r.status().message();
-    rh.code = static_cast<uint16_t>(r.status().code());
-    rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body.size(), kMaxPayload));
+    const Result<std::string> r = BoundedAnswer(std::move(answer));
+    std::string_view body;
+    const ResponseHeader rh = AnswerHeader(h, r, &body);
     std::array<asio::const_buffer, 2> out = {asio::buffer(&rh, sizeof rh), asio::buffer(body.data(), rh.payload_len)};
     boost::system::error_code ec;
     co_await asio::async_write(sock, out, asio::redirect_error(asio::use_awaitable, ec));
@@ -706,12 +705,9 @@ class Server::Impl {
       ++conn->in_request;
       if (!IsTransportMethod(h)) r = co_await RunTask(h, payload, conn->peer);
       --conn->in_request;
-      r = Bounded(std::move(r));
-      ResponseHeader rh;
-      rh.request_id = h.request_id;
-      const std::string& body = r.ok() ? r.value() : r.status().message();
-      rh.code = static_cast<uint16_t>(r.status().code());
-      rh.payload_len = static_cast<uint32_t>(std::min<size_t>(body.size(), kMaxPayload));
+      r = BoundedAnswer(std::move(r));
+      std::string_view body;
+      ResponseHeader rh = AnswerHeader(h, r, &body);
       const bool fits = rh.payload_len <= seg.capacity();
       if (fits) std::memcpy(seg.data(), body.data(), rh.payload_len);
       else rh.flags = kResponsePayloadOnSocket;
