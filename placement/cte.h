@@ -432,6 +432,25 @@ class Cte {
   // pass's bytes so far have taken at least bytes / reorganize_bandwidth seconds, so the
   // budget is spread over the interval rather than spent in one burst; Stop() cuts the wait.
   Result<ReorganizeStats> ReorganizePass(bool paced);
+  // A pass's steps. The decayed score of each blob still tracked, after folding each stripe's
+  // accesses since the last pass into its count:
+  using BlobScores = std::map<std::pair<uint64_t, uint64_t>, double>;
+  BlobScores FoldAccessCounts();
+  struct MoveCandidate {
+    uint64_t tag, blob, bytes;
+    double score;
+    Tier* from;
+    Tier* to;
+  };
+  struct MovePlan {
+    std::vector<MoveCandidate> up, down;  // promotions hottest first, demotions coldest first
+  };
+  Result<MovePlan> PlanMoves(const TierList& tiers, const BlobScores& scores, ReorganizeStats* st)
+      REQUIRES(move_mu_);
+  // Moves (or drops) one candidate, counting it in *st. `paced_from`: the pass's start, to wait
+  // after the move until its bytes so far took reorganize_bandwidth; false when Stop() cut it.
+  bool MoveOne(const MoveCandidate& c, bool promote, const std::chrono::steady_clock::time_point* paced_from,
+               ReorganizeStats* st) REQUIRES(move_mu_);
   // Waits until `until` or Stop(); false when stopping.
   bool ReorganizerWait(std::chrono::steady_clock::time_point until);
   Status Recover();
@@ -471,6 +490,11 @@ class Cte {
   static bool Accepts(const Tier& t);
   static bool AcceptsAt(const Tier& t, double lifetime_days);  // with stats already read
   static bool AcceptsPersistent(const Tier& t) { return !t.is_volatile && Accepts(t); }
+  // A flush's new copy list in *next: the front volatile copy of `e` stays as a clean read cache
+  // while its tier has room, then the new persistent copy `p`; the other copies go to
+  // *released. Returns the tier id of the kept cache, 0 when none.
+  static uint64_t SplitForFlush(BlobEntry e, BlobCopy p, const TierList& tiers, BlobEntry* next,
+                                std::vector<BlobCopy>* released);
   // Bytes the blob's copies on persistent tiers that take data occupy (the part of the room it
   // keeps that they fill).
   uint64_t PersistentFill(const BlobEntry& e);

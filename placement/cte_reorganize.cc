@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <unordered_map>
 
 #include "common/log.h"
 #include "placement/blob_index.h"
@@ -20,12 +19,6 @@ constexpr size_t kScanPage = 1024;
 constexpr size_t kDemoteScanPerPass = 64 * 1024;
 
 double ScoreOf(double heat) { return heat / (heat + 1); }
-
-struct PairHash {
-  size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
-    return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ull ^ k.second);
-  }
-};
 
 }  // namespace
 
@@ -44,7 +37,7 @@ std::optional<std::pair<std::string, std::string>> MovementConfigError(const Cte
 
 double Cte::BlobScore(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
-  MutexLock l(&s.mu);
+  MutexLock l(&s.mu);  // the access counts only: no blob changes
   auto it = s.access.find({tag, blob});
   if (it == s.access.end()) return 0;
   return ScoreOf(it->second.heat * score_decay_ + it->second.recent);
@@ -53,14 +46,31 @@ double Cte::BlobScore(uint64_t tag, uint64_t blob) {
 Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
   MutexLock m(&move_mu_);
   const auto start = std::chrono::steady_clock::now();
-  bool stopping = false;
   ReorganizeStats st;
   st.budget = reorganize_budget_;
-  // Fold the accesses since the last pass into the decayed counts, one stripe at a time.
-  std::unordered_map<std::pair<uint64_t, uint64_t>, double, PairHash> scores;
+  const BlobScores scores = FoldAccessCounts();
+  // The tiers for the whole pass; candidates point into it.
+  const TierSnapshot tiers = Tiers();
+  CLIO_ASSIGN_OR_RETURN(MovePlan plan, PlanMoves(*tiers, scores, &st));
+  bool going = true;
+  for (const MoveCandidate& c : plan.up)
+    if (going) going = MoveOne(c, true, paced ? &start : nullptr, &st);
+  for (const MoveCandidate& c : plan.down)
+    if (going) going = MoveOne(c, false, paced ? &start : nullptr, &st);
+  promotions_.Add(static_cast<double>(st.promoted));
+  demotions_.Add(static_cast<double>(st.demoted));
+  moved_bytes_.Add(static_cast<double>(st.moved_bytes));
+  if (st.promoted + st.demoted > 0)
+    CLIO_LOG_DEBUG("reorganizer: {} promoted, {} demoted, {} bytes moved, {} left for later", st.promoted,
+                   st.demoted, st.moved_bytes, st.over_budget);
+  return st;
+}
+
+Cte::BlobScores Cte::FoldAccessCounts() {
+  BlobScores scores;
   for (size_t i = 0; i < kStripes; ++i) {
     Stripe& s = stripes_[i];
-    MutexLock l(&s.mu);
+    MutexLock l(&s.mu);  // the access counts only
     for (auto it = s.access.begin(); it != s.access.end();) {
       AccessCount& a = it->second;
       a.heat = a.heat * score_decay_ + a.recent;
@@ -73,27 +83,21 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
       }
     }
   }
+  return scores;
+}
 
-  // Candidates: blobs whose newest copy sits on a tier their score is far from. Hot blobs
-  // (promotions) are exactly the ones with a score, looked up one by one; cold ones
-  // (demotions) are found by scanning at most kDemoteScanPerPass index entries, from where the
-  // last pass stopped. The entries read here are hints; each move re-checks the entry under
-  // the blob's lock.
-  // The tiers for the whole pass; candidates point into it.
-  const TierSnapshot tiers = Tiers();
-  struct Candidate {
-    uint64_t tag, blob, bytes;
-    double score;
-    Tier* from;
-    Tier* to;
-  };
-  std::vector<Candidate> up, down;
+// Candidates: blobs whose newest copy sits on a tier their score is far from. Hot blobs
+// (promotions) are exactly the ones with a score, looked up one by one; cold ones (demotions)
+// are found by scanning at most kDemoteScanPerPass index entries, from where the last pass
+// stopped. The entries read here are hints; each move re-checks the entry under the blob's lock.
+Result<Cte::MovePlan> Cte::PlanMoves(const TierList& tiers, const BlobScores& scores, ReorganizeStats* st) {
+  MovePlan plan;
   auto consider = [&](uint64_t tag, uint64_t blob, const BlobEntry& e, double score, bool promotions) {
     if (e.copies.empty()) return;
     if (std::any_of(e.copies.begin(), e.copies.end(),
                     [](const BlobCopy& c) { return c.state == CopyState::kDirty; }))
       return;  // the flusher's
-    Tier* cur = TierIn(*tiers, e.copies.front().tier_id);
+    Tier* cur = TierIn(tiers, e.copies.front().tier_id);
     if (!cur) return;
     const bool promote = score > cur->score + reorganize_threshold_;
     const bool demote = score < cur->score - reorganize_threshold_;
@@ -107,15 +111,15 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
     }
     // The tier, on the blob's side of its current one, whose score is nearest the blob's.
     Tier* best = nullptr;
-    for (const auto& tp : *tiers) {
+    for (const auto& tp : tiers) {
       Tier& t = *tp;
       if (promote ? t.score <= cur->score : t.score >= cur->score) continue;
       if (!Accepts(t)) continue;
       if (!best || std::abs(t.score - score) < std::abs(best->score - score)) best = &t;
     }
     if (!best) return;
-    ++st.candidates;
-    (promote ? up : down).push_back(Candidate{tag, blob, e.stored(), score, cur, best});
+    ++st->candidates;
+    (promote ? plan.up : plan.down).push_back(MoveCandidate{tag, blob, e.stored(), score, cur, best});
   };
   for (const auto& [key, score] : scores) {
     if (score <= reorganize_threshold_) continue;  // cannot pass any tier's score by more
@@ -144,63 +148,54 @@ Result<ReorganizeStats> Cte::ReorganizePass(bool paced) {
     reorg_after_ = page.back().first;
   }
   // Hottest first, coldest first; ties in key order, so a pass is deterministic.
-  auto key = [](const Candidate& c) { return std::make_pair(c.tag, c.blob); };
-  std::sort(up.begin(), up.end(), [&](const Candidate& a, const Candidate& b) {
+  auto key = [](const MoveCandidate& c) { return std::make_pair(c.tag, c.blob); };
+  std::sort(plan.up.begin(), plan.up.end(), [&](const MoveCandidate& a, const MoveCandidate& b) {
     return a.score != b.score ? a.score > b.score : key(a) < key(b);
   });
-  std::sort(down.begin(), down.end(), [&](const Candidate& a, const Candidate& b) {
+  std::sort(plan.down.begin(), plan.down.end(), [&](const MoveCandidate& a, const MoveCandidate& b) {
     return a.score != b.score ? a.score < b.score : key(a) < key(b);
   });
+  return plan;
+}
 
-  auto move = [&](const Candidate& c, bool promote) {
-    if (stopping) return;
-    Tier& from = *c.from;
-    Tier& to = *c.to;
-    if (!promote && from.is_volatile) {
-      // Demoting a read cache costs no bandwidth: drop it; its persistent copy holds the bytes.
-      auto d = DropCleanCopies(from, c.tag, c.blob);
-      if (d.ok() && *d > 0)
-        ++st.demoted;
-      else
-        ++st.skipped;
-      return;
+bool Cte::MoveOne(const MoveCandidate& c, bool promote, const std::chrono::steady_clock::time_point* paced_from,
+                  ReorganizeStats* st) {
+  Tier& from = *c.from;
+  Tier& to = *c.to;
+  if (!promote && from.is_volatile) {
+    // Demoting a read cache costs no bandwidth: drop it; its persistent copy holds the bytes.
+    auto d = DropCleanCopies(from, c.tag, c.blob);
+    if (d.ok() && *d > 0)
+      ++st->demoted;
+    else
+      ++st->skipped;
+    return true;
+  }
+  if (st->moved_bytes + c.bytes > st->budget) {
+    ++st->over_budget;
+    return true;
+  }
+  if (to.is_volatile) {
+    BdevStats bs = to.bdev->GetStats();
+    if (static_cast<double>(bs.used + c.bytes) > kCacheKeepFill * static_cast<double>(bs.capacity)) {
+      ++st->skipped;  // keep room for writes on the volatile tier
+      return true;
     }
-    if (st.moved_bytes + c.bytes > st.budget) {
-      ++st.over_budget;
-      return;
-    }
-    if (to.is_volatile) {
-      BdevStats bs = to.bdev->GetStats();
-      if (static_cast<double>(bs.used + c.bytes) > kCacheKeepFill * static_cast<double>(bs.capacity)) {
-        ++st.skipped;  // keep room for writes on the volatile tier
-        return;
-      }
-    }
-    bool changed = false;
-    auto r = CopyBlobTo(c.tag, c.blob, to, 0, &changed);
-    if (!r.ok() || changed || *r == 0) {
-      if (!r.ok() && r.status().code() != Code::kNoSpace)
-        CLIO_LOG_WARN("reorganizer: moving blob {}:{} to tier '{}': {}", c.tag, c.blob, to.name,
-                      r.status().ToString());
-      ++st.skipped;
-      return;
-    }
-    st.moved_bytes += *r;
-    ++(promote ? st.promoted : st.demoted);
-    if (paced) {
-      const auto due = start + std::chrono::microseconds(st.moved_bytes * 1000000 / reorganize_bandwidth_);
-      stopping = !ReorganizerWait(due);
-    }
-  };
-  for (const Candidate& c : up) move(c, true);
-  for (const Candidate& c : down) move(c, false);
-  promotions_.Add(static_cast<double>(st.promoted));
-  demotions_.Add(static_cast<double>(st.demoted));
-  moved_bytes_.Add(static_cast<double>(st.moved_bytes));
-  if (st.promoted + st.demoted > 0)
-    CLIO_LOG_DEBUG("reorganizer: {} promoted, {} demoted, {} bytes moved, {} left for later", st.promoted,
-                   st.demoted, st.moved_bytes, st.over_budget);
-  return st;
+  }
+  bool changed = false;
+  auto r = CopyBlobTo(c.tag, c.blob, to, 0, &changed);
+  if (!r.ok() || changed || *r == 0) {
+    if (!r.ok() && r.status().code() != Code::kNoSpace)
+      CLIO_LOG_WARN("reorganizer: moving blob {}:{} to tier '{}': {}", c.tag, c.blob, to.name,
+                    r.status().ToString());
+    ++st->skipped;
+    return true;
+  }
+  st->moved_bytes += *r;
+  ++(promote ? st->promoted : st->demoted);
+  if (!paced_from) return true;
+  const auto due = *paced_from + std::chrono::microseconds(st->moved_bytes * 1000000 / reorganize_bandwidth_);
+  return ReorganizerWait(due);
 }
 
 bool Cte::ReorganizerWait(std::chrono::steady_clock::time_point until) {

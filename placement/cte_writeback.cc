@@ -85,28 +85,9 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
         return w.WithContext("flushing to tier '" + t.name + "'");
       }
     }
-    // New copy list: the front volatile copy stays as a clean read cache while its tier has
-    // room; every other copy is released.
     BlobEntry next;
     std::vector<BlobCopy> released;
-    uint64_t kept_on = 0;
-    for (size_t i = 0; i < e.copies.size(); ++i) {
-      BlobCopy& c = e.copies[i];
-      Tier* ct = TierIn(*tiers, c.tier_id);
-      bool keep = false;
-      if (i == 0 && ct && ct->is_volatile && Accepts(*ct)) {
-        BdevStats st = ct->bdev->GetStats();
-        keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
-      }
-      if (keep) {
-        c.state = CopyState::kClean;
-        kept_on = c.tier_id;
-        next.copies.push_back(std::move(c));
-      } else {
-        released.push_back(std::move(c));
-      }
-    }
-    next.copies.push_back(std::move(p));
+    const uint64_t kept_on = SplitForFlush(std::move(e), std::move(p), *tiers, &next, &released);
     std::vector<std::pair<Bdev*, ExtentList>> free_now;
     std::vector<BlobCopy> persistent_released;
     // A copy that leaves a draining tier is part of that drain, whether the drain flushed the
@@ -145,6 +126,29 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
     return Status::Ok();
   }
   return last;
+}
+
+uint64_t Cte::SplitForFlush(BlobEntry e, BlobCopy p, const TierList& tiers, BlobEntry* next,
+                           std::vector<BlobCopy>* released) {
+  uint64_t kept_on = 0;
+  for (size_t i = 0; i < e.copies.size(); ++i) {
+    BlobCopy& c = e.copies[i];
+    Tier* ct = TierIn(tiers, c.tier_id);
+    bool keep = false;
+    if (i == 0 && ct && ct->is_volatile && Accepts(*ct)) {
+      BdevStats st = ct->bdev->GetStats();
+      keep = st.capacity > 0 && static_cast<double>(st.used) < kCacheKeepFill * static_cast<double>(st.capacity);
+    }
+    if (keep) {
+      c.state = CopyState::kClean;
+      kept_on = c.tier_id;
+      next->copies.push_back(std::move(c));
+    } else {
+      released->push_back(std::move(c));
+    }
+  }
+  next->copies.push_back(std::move(p));
+  return kept_on;
 }
 
 Status Cte::FlushOne(uint64_t tag, uint64_t blob) {

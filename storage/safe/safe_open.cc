@@ -219,29 +219,31 @@ void SafeBdevImpl::FailDevice(uint32_t slot, const DevicePtr& dev, const Status&
   if (changed) Wake();
 }
 
-Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<SafeMember>& members,
-                                    const std::vector<SafeMember>& spares) {
+namespace {
+
+Status CheckMemberCount(const SafeBdevConfig& c, size_t members) {
   if (c.max_failures == 0) return InvalidArgument("max_failures: must be at least 1 (m = 0 is no redundancy)");
-  if (members.size() <= c.max_failures)
-    return InvalidArgument("members: " + std::to_string(members.size()) + " members leave no data member with "
+  if (members <= c.max_failures)
+    return InvalidArgument("members: " + std::to_string(members) + " members leave no data member with "
                            "max_failures " + std::to_string(c.max_failures) + " (k = members - max_failures >= 1)");
-  if (members.size() > ErasureCode::kMaxChunks)
-    return InvalidArgument("members: " + std::to_string(members.size()) + " members; k + m is at most 255 (GF(2^8))");
-  std::vector<SafeMember> all = members;
-  all.insert(all.end(), spares.begin(), spares.end());
-  MemberShape shape;
-  CLIO_RETURN_IF_ERROR(CheckShapes(all, &shape));
-  const bool persistent = shape.persistence != Persistence::kVolatile;
+  if (members > ErasureCode::kMaxChunks)
+    return InvalidArgument("members: " + std::to_string(members) + " members; k + m is at most 255 (GF(2^8))");
+  return Status::Ok();
+}
+
+// The configured geometry of an array (found or new), after checking the rest of the
+// configuration against the members' shape.
+Result<SafeBdevImpl::Geometry> PlanGeometry(const SafeBdevConfig& c, size_t members, const MemberShape& shape,
+                                            bool persistent) {
   if (c.chunk_size == 0 || c.chunk_size % std::max<uint64_t>(512, shape.alignment) != 0)
     return InvalidArgument("chunk_size: " + std::to_string(c.chunk_size) + " is not a multiple of the members' "
                            "alignment " + std::to_string(shape.alignment));
   if (persistent && c.alloc_log.empty())
     return InvalidArgument("alloc_log: required for an array of persistent members (a local file for the "
                            "array's allocator log, superblock and journal)");
-
   SafeBdevImpl::Geometry g;
   g.m = c.max_failures;
-  g.k = static_cast<uint32_t>(members.size()) - g.m;
+  g.k = static_cast<uint32_t>(members) - g.m;
   g.chunk = c.chunk_size;
   g.trailer = TrailerBytes(g.k, shape.alignment);
   g.slot = g.chunk + g.trailer;
@@ -254,6 +256,129 @@ Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<S
   if (persistent && c.journal_size < min_journal)
     return InvalidArgument("journal_size: " + std::to_string(c.journal_size) + " bytes is less than four "
                            "full-stripe records (" + std::to_string(min_journal) + " bytes)");
+  return g;
+}
+
+// An existing array, from its superblock `sb` (at `sb_path`): checks the configuration against
+// it, takes its geometry into *g and its slots, spares and targets into *layout; a configured
+// pool the array does not know becomes a spare.
+Status AdoptArray(const SafeBdevConfig& c, const Superblock& sb, const std::string& sb_path,
+                  const std::vector<SafeMember>& all, const MemberShape& shape, SafeBdevImpl::Geometry* g,
+                  SafeLayout* layout) {
+  if (sb.m != g->m)
+    return InvalidArgument("max_failures: " + std::to_string(g->m) + " differs from the array's " +
+                           std::to_string(sb.m) + " recorded in " + sb_path);
+  if (sb.chunk_size != g->chunk)
+    return InvalidArgument("chunk_size: " + std::to_string(g->chunk) + " differs from the array's " +
+                           std::to_string(sb.chunk_size) + " recorded in " + sb_path);
+  if (sb.alignment != shape.alignment || sb.k + sb.m != sb.slots.size())
+    return InvalidArgument("members: their alignment differs from the array recorded in " + sb_path);
+  g->k = sb.k;
+  g->trailer = TrailerBytes(g->k, shape.alignment);
+  g->slot = g->chunk + g->trailer;
+  g->stripes = shape.capacity / g->slot;
+  if (g->slot != sb.slot_bytes || g->stripes != sb.stripes)
+    return InvalidArgument("members: their capacity or alignment differs from the array recorded in " + sb_path);
+  auto find = [&all](uint64_t tier_id) -> Bdev* {
+    for (const SafeMember& m : all)
+      if (m.bdev->tier_id() == tier_id) return m.bdev;
+    return nullptr;
+  };
+  std::set<uint64_t> used;
+  for (const SbSlot& s : sb.slots) {
+    SafeSlot slot;
+    slot.member = SafeBdevImpl::Attach(find(s.member.tier_id), s.member);
+    slot.failed = s.failed || !slot.member->bdev;
+    slot.reason = s.failed ? s.reason : !slot.member->bdev ? "its pool is not composed" : "";
+    if (!s.failed && !slot.member->bdev)
+      CLIO_LOG_WARN("safe-bdev '{}': member '{}' (tier {}) is not among the configured pools", c.name,
+                    s.member.name, s.member.tier_id);
+    if (s.has_target) {
+      if (s.cursor > sb.stripes) return Corruption(sb_path + ": a rebuild cursor is past the last stripe");
+      slot.target = SafeBdevImpl::Attach(find(s.target.tier_id), s.target);
+      slot.target->cursor = s.cursor;
+      slot.target->persisted = s.cursor;
+      slot.replacing = s.replacing && !slot.failed;
+      if (!slot.target->bdev) {
+        CLIO_LOG_WARN("safe-bdev '{}': rebuild target '{}' is not among the configured pools; the rebuild "
+                      "restarts on a spare", c.name, s.target.name);
+        layout->retired.push_back(s.target.tier_id);
+        slot.target = nullptr;
+      }
+      used.insert(s.target.tier_id);
+    }
+    used.insert(s.member.tier_id);
+    layout->slots.push_back(std::move(slot));
+  }
+  // A recorded spare whose pool is not composed stays recorded (without a device).
+  for (const SbDevice& d : sb.spares) {
+    used.insert(d.tier_id);
+    layout->spares.push_back(SafeBdevImpl::Attach(find(d.tier_id), d));
+  }
+  layout->retired = sb.retired;
+  // A pool the array does not know becomes a spare; one it replaced for good is left alone.
+  for (const SafeMember& m : all) {
+    const uint64_t id = m.bdev->tier_id();
+    if (used.count(id)) continue;
+    if (std::count(sb.retired.begin(), sb.retired.end(), id)) {
+      CLIO_LOG_WARN("safe-bdev '{}': pool '{}' was replaced in this array; it is not used (remove it from "
+                    "members)", c.name, m.name);
+      continue;
+    }
+    if (const uint64_t held = m.bdev->GetStats().used; held != 0) {
+      CLIO_LOG_WARN("safe-bdev '{}': pool '{}' is not in the array and holds {} bytes; it is left alone", c.name,
+                    m.name, held);
+      continue;
+    }
+    CLIO_ASSIGN_OR_RETURN(DevicePtr d, SafeBdevImpl::Enlist(m, g->slot, g->stripes));
+    CLIO_LOG_INFO("safe-bdev '{}': pool '{}' is new to the array; it is a spare", c.name, m.name);
+    layout->spares.push_back(std::move(d));
+  }
+  return Status::Ok();
+}
+
+// A new array over empty pools: the first `members` of `all` are its slots, the rest spares.
+// A creation that fails half way gives back what it took.
+Status CreateArray(const std::vector<SafeMember>& all, size_t members, const SafeBdevImpl::Geometry& g,
+                   SafeLayout* layout) {
+  for (const SafeMember& m : all) {
+    const uint64_t used = m.bdev->GetStats().used;
+    if (used != 0)
+      return InvalidArgument("members: " + Quote(m.name) + " already holds " + std::to_string(used) +
+                             " bytes of data; a new array member must be empty");
+  }
+  std::vector<DevicePtr> enlisted;
+  for (const SafeMember& m : all) {
+    auto d = SafeBdevImpl::Enlist(m, g.slot, g.stripes);
+    if (!d.ok()) {
+      for (const DevicePtr& e : enlisted) (void)e->bdev->Free(e->extents);
+      return d.status();
+    }
+    enlisted.push_back(std::move(d).value());
+  }
+  for (size_t i = 0; i < enlisted.size(); ++i) {
+    if (i < members) {
+      SafeSlot s;
+      s.member = enlisted[i];
+      layout->slots.push_back(std::move(s));
+    } else {
+      layout->spares.push_back(enlisted[i]);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<SafeMember>& members,
+                                    const std::vector<SafeMember>& spares) {
+  CLIO_RETURN_IF_ERROR(CheckMemberCount(c, members.size()));
+  std::vector<SafeMember> all = members;
+  all.insert(all.end(), spares.begin(), spares.end());
+  MemberShape shape;
+  CLIO_RETURN_IF_ERROR(CheckShapes(all, &shape));
+  const bool persistent = shape.persistence != Persistence::kVolatile;
+  CLIO_ASSIGN_OR_RETURN(SafeBdevImpl::Geometry g, PlanGeometry(c, members.size(), shape, persistent));
 
   // The superblock is the truth about an existing array; the configured pools are what is
   // there to find its devices in.
@@ -264,102 +389,10 @@ Result<OpenedSafeBdev> OpenSafeBdev(const SafeBdevConfig& c, const std::vector<S
   SafeLayout layout;
   if (found.ok()) {
     sb = std::move(found).value();
-    if (sb.m != g.m)
-      return InvalidArgument("max_failures: " + std::to_string(g.m) + " differs from the array's " +
-                             std::to_string(sb.m) + " recorded in " + sb_path);
-    if (sb.chunk_size != g.chunk)
-      return InvalidArgument("chunk_size: " + std::to_string(g.chunk) + " differs from the array's " +
-                             std::to_string(sb.chunk_size) + " recorded in " + sb_path);
-    if (sb.alignment != shape.alignment || sb.k + sb.m != sb.slots.size())
-      return InvalidArgument("members: their alignment differs from the array recorded in " + sb_path);
-    g.k = sb.k;
-    g.trailer = TrailerBytes(g.k, shape.alignment);
-    g.slot = g.chunk + g.trailer;
-    g.stripes = shape.capacity / g.slot;
-    if (g.slot != sb.slot_bytes || g.stripes != sb.stripes)
-      return InvalidArgument("members: their capacity or alignment differs from the array recorded in " + sb_path);
-    auto find = [&all](uint64_t tier_id) -> Bdev* {
-      for (const SafeMember& m : all)
-        if (m.bdev->tier_id() == tier_id) return m.bdev;
-      return nullptr;
-    };
-    std::set<uint64_t> used;
-    for (const SbSlot& s : sb.slots) {
-      SafeSlot slot;
-      slot.member = SafeBdevImpl::Attach(find(s.member.tier_id), s.member);
-      slot.failed = s.failed || !slot.member->bdev;
-      slot.reason = s.failed ? s.reason : !slot.member->bdev ? "its pool is not composed" : "";
-      if (!s.failed && !slot.member->bdev)
-        CLIO_LOG_WARN("safe-bdev '{}': member '{}' (tier {}) is not among the configured pools", c.name,
-                      s.member.name, s.member.tier_id);
-      if (s.has_target) {
-        if (s.cursor > sb.stripes) return Corruption(sb_path + ": a rebuild cursor is past the last stripe");
-        slot.target = SafeBdevImpl::Attach(find(s.target.tier_id), s.target);
-        slot.target->cursor = s.cursor;
-        slot.target->persisted = s.cursor;
-        slot.replacing = s.replacing && !slot.failed;
-        if (!slot.target->bdev) {
-          CLIO_LOG_WARN("safe-bdev '{}': rebuild target '{}' is not among the configured pools; the rebuild "
-                        "restarts on a spare", c.name, s.target.name);
-          layout.retired.push_back(s.target.tier_id);
-          slot.target = nullptr;
-        }
-        used.insert(s.target.tier_id);
-      }
-      used.insert(s.member.tier_id);
-      layout.slots.push_back(std::move(slot));
-    }
-    // A recorded spare whose pool is not composed stays recorded (without a device).
-    for (const SbDevice& d : sb.spares) {
-      used.insert(d.tier_id);
-      layout.spares.push_back(SafeBdevImpl::Attach(find(d.tier_id), d));
-    }
-    layout.retired = sb.retired;
-    // A pool the array does not know becomes a spare; one it replaced for good is left alone.
-    for (const SafeMember& m : all) {
-      const uint64_t id = m.bdev->tier_id();
-      if (used.count(id)) continue;
-      if (std::count(sb.retired.begin(), sb.retired.end(), id)) {
-        CLIO_LOG_WARN("safe-bdev '{}': pool '{}' was replaced in this array; it is not used (remove it from "
-                      "members)", c.name, m.name);
-        continue;
-      }
-      if (const uint64_t held = m.bdev->GetStats().used; held != 0) {
-        CLIO_LOG_WARN("safe-bdev '{}': pool '{}' is not in the array and holds {} bytes; it is left alone", c.name,
-                      m.name, held);
-        continue;
-      }
-      CLIO_ASSIGN_OR_RETURN(DevicePtr d, SafeBdevImpl::Enlist(m, g.slot, g.stripes));
-      CLIO_LOG_INFO("safe-bdev '{}': pool '{}' is new to the array; it is a spare", c.name, m.name);
-      layout.spares.push_back(std::move(d));
-    }
+    CLIO_RETURN_IF_ERROR(AdoptArray(c, sb, sb_path, all, shape, &g, &layout));
   } else {
     sb.array_id = RandomTierId();
-    for (const SafeMember& m : all) {
-      const uint64_t used = m.bdev->GetStats().used;
-      if (used != 0)
-        return InvalidArgument("members: " + Quote(m.name) + " already holds " + std::to_string(used) +
-                               " bytes of data; a new array member must be empty");
-    }
-    // A creation that fails half way gives back what it took.
-    std::vector<DevicePtr> enlisted;
-    for (const SafeMember& m : all) {
-      auto d = SafeBdevImpl::Enlist(m, g.slot, g.stripes);
-      if (!d.ok()) {
-        for (const DevicePtr& e : enlisted) (void)e->bdev->Free(e->extents);
-        return d.status();
-      }
-      enlisted.push_back(std::move(d).value());
-    }
-    for (size_t i = 0; i < enlisted.size(); ++i) {
-      if (i < members.size()) {
-        SafeSlot s;
-        s.member = enlisted[i];
-        layout.slots.push_back(std::move(s));
-      } else {
-        layout.spares.push_back(enlisted[i]);
-      }
-    }
+    CLIO_RETURN_IF_ERROR(CreateArray(all, members.size(), g, &layout));
     sb.slots.resize(layout.slots.size());
   }
 

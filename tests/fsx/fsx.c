@@ -502,7 +502,8 @@ static void usage(void) {
   exit(2);
 }
 
-int main(int argc, char **argv) {
+/* The options into the globals; the file's path. */
+static void parse_args(int argc, char **argv) {
   int c;
   while ((c = getopt(argc, argv, "s:n:l:c:N:x:vZSh")) != -1) {
     switch (c) {
@@ -536,6 +537,53 @@ int main(int argc, char **argv) {
   path = argv[optind];
   pagesz = (uint64_t)sysconf(_SC_PAGESIZE);
   if (maxlen < pagesz || chunk == 0 || op_weight[OP_WRITE] + op_weight[OP_READ] == 0) usage();
+}
+
+/* One operation of the stream, then its checks. */
+static void run_op(struct op_rec *r) {
+  r->num = cur;
+  r->kind = pick_weighted(op_weight, OP_COUNT);
+  r->size_before = size;
+  phase = "";
+  switch (r->kind) {
+  case OP_WRITE: op_write(r); break;
+  case OP_READ: op_read(r); break;
+  case OP_TRUNCATE: op_truncate(r); break;
+  case OP_FALLOC: op_falloc(r); break;
+  case OP_MAPREAD: op_mapread(r); break;
+  case OP_MAPWRITE: op_mapwrite(r); break;
+  case OP_FSYNC: xfsync(); break;
+  case OP_REOPEN: do_reopen(); break;
+  case OP_DROPCACHE: op_dropcache(r); break;
+  }
+  r->size_after = size;
+  counts[r->kind]++;
+  if (verbose) {
+    char line[256];
+    fmt_op(line, sizeof line, r);
+    printf("%s\n", line);
+  }
+  /* With -S, every check reads from the filesystem, not from the kernel page cache. */
+  if (sync_verify) op_dropcache(NULL);
+  /* After every op: the size, and the touched range with a page of margin either side. */
+  phase = "size (fstat) after the op";
+  check_size();
+  phase = "pread of the op's range (with a page either side) after the op";
+  if (r->kind == OP_FSYNC || r->kind == OP_REOPEN || r->kind == OP_DROPCACHE) {
+    uint64_t o = size ? rnd(size) : 0;
+    verify_range(o, 1 + rnd(65536));
+  } else {
+    uint64_t lo = r->off > pagesz ? r->off - pagesz : 0;
+    verify_range(lo, r->off + r->len + pagesz - lo);
+  }
+  if (full_every && cur % full_every == 0) {
+    phase = "whole-file verify (every -N ops)";
+    verify_full();
+  }
+}
+
+int main(int argc, char **argv) {
+  parse_args(argc, argv);
   setvbuf(stdout, NULL, _IOLBF, 0);
 
   mirror = calloc(1, maxlen + pagesz);
@@ -559,48 +607,7 @@ int main(int argc, char **argv) {
   }
   rng_state = seed;
   size = 0;
-  for (cur = 1; cur <= nops; cur++) {
-    struct op_rec *r = &hist[cur - 1];
-    r->num = cur;
-    r->kind = pick_weighted(op_weight, OP_COUNT);
-    r->size_before = size;
-    phase = "";
-    switch (r->kind) {
-    case OP_WRITE: op_write(r); break;
-    case OP_READ: op_read(r); break;
-    case OP_TRUNCATE: op_truncate(r); break;
-    case OP_FALLOC: op_falloc(r); break;
-    case OP_MAPREAD: op_mapread(r); break;
-    case OP_MAPWRITE: op_mapwrite(r); break;
-    case OP_FSYNC: xfsync(); break;
-    case OP_REOPEN: do_reopen(); break;
-    case OP_DROPCACHE: op_dropcache(r); break;
-    }
-    r->size_after = size;
-    counts[r->kind]++;
-    if (verbose) {
-      char line[256];
-      fmt_op(line, sizeof line, r);
-      printf("%s\n", line);
-    }
-    /* With -S, every check reads from the filesystem, not from the kernel page cache. */
-    if (sync_verify) op_dropcache(NULL);
-    /* After every op: the size, and the touched range with a page of margin either side. */
-    phase = "size (fstat) after the op";
-    check_size();
-    phase = "pread of the op's range (with a page either side) after the op";
-    if (r->kind == OP_FSYNC || r->kind == OP_REOPEN || r->kind == OP_DROPCACHE) {
-      uint64_t o = size ? rnd(size) : 0;
-      verify_range(o, 1 + rnd(65536));
-    } else {
-      uint64_t lo = r->off > pagesz ? r->off - pagesz : 0;
-      verify_range(lo, r->off + r->len + pagesz - lo);
-    }
-    if (full_every && cur % full_every == 0) {
-      phase = "whole-file verify (every -N ops)";
-      verify_full();
-    }
-  }
+  for (cur = 1; cur <= nops; cur++) run_op(&hist[cur - 1]);
   cur = nops;
   phase = "final whole-file verify";
   verify_full();
