@@ -534,9 +534,33 @@ class Cte {
   // Reads the merged view of a blob; requires the blob's stripe lock, or a check after the
   // read that the entry did not change (CopyBlobTo).
   Status ReadMerged(const BlobEntry& e, const TierList& tiers, uint64_t offset, uint64_t len, char* out);
-  // Copies a dirty blob to a persistent tier; requires the stripe lock.
-  Status FlushBlobLocked(uint64_t tag, uint64_t blob);
+  // Copies a dirty blob to a persistent tier, without the stripe lock across the copy's write
+  // (see cte_writeback.cc).
   Status FlushOne(uint64_t tag, uint64_t blob);
+  // The whole flush under the stripe lock (held by the caller).
+  Status FlushBlobLocked(uint64_t tag, uint64_t blob);
+  // After a flush (under the blob's stripe lock): done, the blob leaves the dirty set; failed,
+  // it stays (or comes back) for the next try.
+  void SettleDirty(uint64_t tag, uint64_t blob, const Status& flushed) EXCLUDES(dirty_mu_);
+  // A flush's steps. What it copies, read under the stripe lock: nullopt when nothing is left
+  // to copy (not dirty, or truncated to nothing: settled here).
+  struct FlushSource {
+    BlobEntry entry;
+    TierSnapshot tiers;  // taken after the entry: it has every tier the entry names
+    RangeSet written;
+    std::string bytes;
+  };
+  Result<std::optional<FlushSource>> PrepareFlush(uint64_t tag, uint64_t blob);
+  // The new persistent copy, allocated (spending the blob's reservation) and written.
+  struct FlushCopy {
+    BlobCopy copy;
+    Tier* tier = nullptr;
+    uint64_t spent = 0;  // the reservation the allocation spent
+  };
+  Result<FlushCopy> WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src);
+  // Records the copy in place of the ones it replaces (stripe lock held, src.entry current); on
+  // failure gives the copy back.
+  Status SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f);
   // FlushOne for every blob of `blobs`, up to flush_threads_ at once (fewer when no thread can
   // be started); the status of each, in order. `background`: failures are counted and kept
   // for the tag's next fsync or close as they happen (NoteFlushFailure). Call with no lock.
@@ -592,6 +616,10 @@ class Cte {
   bool stopping_ GUARDED_BY(dirty_mu_) = false;
   bool kicked_ GUARDED_BY(dirty_mu_) = false;  // a writer wants a flush before the interval
   CondVar flusher_cv_;
+  // Blobs a FlushOne is flushing now: a second flush of one (an fsync beside the flusher) waits
+  // for the first, then finds it clean, rather than spend room on a copy that will be dropped.
+  std::set<std::pair<uint64_t, uint64_t>> flushing_ GUARDED_BY(dirty_mu_);
+  CondVar flushing_cv_;
   std::thread flusher_;
   // The reorganizer thread's wait (a leaf: nothing else is taken while holding it).
   Mutex reorg_mu_;
@@ -628,7 +656,7 @@ class Cte {
   // The dirty blobs of `*tag`, or all of them when tag is null.
   std::vector<std::pair<uint64_t, uint64_t>> DirtyKeys(const uint64_t* tag) REQUIRES(dirty_mu_);
   metrics::Counter flushes_, flushed_bytes_, promotions_, demotions_, moved_bytes_;
-  metrics::Counter optimistic_retries_;
+  metrics::Counter optimistic_retries_, flush_retries_;
   metrics::Histogram flush_lag_;
   metrics::SamplerRegistration sampler_;
 };

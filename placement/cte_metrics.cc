@@ -23,6 +23,9 @@ void Cte::InitMetrics() {
   optimistic_retries_ = metrics::GetCounter(
       "clio_cte_read_retries_total",
       "Blob reads done again because the blob's stripe changed during their unlocked tier I/O", {});
+  flush_retries_ = metrics::GetCounter(
+      "clio_cte_flush_retries_total",
+      "Flushes done again under the stripe lock because the blob changed while its copy was written", {});
 }
 
 void Cte::LabelTier(Tier& t) {

@@ -32,100 +32,120 @@ void Cte::KickFlusher() {
   flusher_cv_.NotifyAll();
 }
 
-Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
-  CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
+Result<std::optional<Cte::FlushSource>> Cte::PrepareFlush(uint64_t tag, uint64_t blob) {
+  FlushSource src;
+  CLIO_ASSIGN_OR_RETURN(src.entry, LoadEntry(tag, blob));
+  const BlobEntry& e = src.entry;
   bool dirty = std::any_of(e.copies.begin(), e.copies.end(),
                            [](const BlobCopy& c) { return c.state == CopyState::kDirty; });
   if (!dirty) {
     dirty_bytes_.ReleaseBlob(tag, blob);
     reservations_->ReleaseBlob(tag, blob);
-    return Status::Ok();
+    return std::optional<FlushSource>();
   }
-  const uint64_t size = e.size();
-  if (size == 0) return RemoveLocked(tag, blob, std::move(e));  // truncated to nothing
-  RangeSet all;
+  if (e.size() == 0) {  // truncated to nothing
+    CLIO_RETURN_IF_ERROR(RemoveLocked(tag, blob, std::move(src.entry)));
+    return std::optional<FlushSource>();
+  }
   for (const BlobCopy& c : e.copies)
-    for (const auto& r : c.written.ranges()) all.Add(r.begin, r.end);
-  const TierSnapshot tiers = Tiers();
-  std::string buf(size, '\0');
-  CLIO_RETURN_IF_ERROR(ReadMerged(e, *tiers, 0, size, buf.data()));
+    for (const auto& r : c.written.ranges()) src.written.Add(r.begin, r.end);
+  src.tiers = Tiers();
+  src.bytes.assign(e.size(), '\0');
+  CLIO_RETURN_IF_ERROR(ReadMerged(e, *src.tiers, 0, e.size(), src.bytes.data()));
+  return std::optional<FlushSource>(std::move(src));
+}
 
+Result<Cte::FlushCopy> Cte::WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src) {
+  const uint64_t size = src.bytes.size();
   // The room was reserved when the blob became dirty (reservations_), so this allocation
   // finds it unless the host filesystem under a file tier filled up meanwhile.
   Status last = NoSpace("no persistent tier has room to flush " + std::to_string(size) + " bytes");
   // A blob that keeps room (fallocate) flushed twice within one commit interval finds its room
   // held by its previous copy, whose release is not durable yet: one commit frees it.
   bool committed = false;
-  for (auto it = tiers->begin(); it != tiers->end(); ++it) {
-    Tier& t = **it;
+  for (const auto& tp : *src.tiers) {
+    Tier& t = *tp;
     if (!AcceptsPersistent(t)) continue;
-    uint64_t spent = 0;  // the blob's reservation, spent by this allocation
-    auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
+    FlushCopy f;
+    f.tier = &t;
+    auto a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &f.spent);
     if (!a.ok() && a.status().code() == Code::kNoSpace && !committed && reservations_->keeps(tag, blob)) {
       committed = true;
       CLIO_RETURN_IF_ERROR(kv_->Sync());
-      a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &spent);
+      a = reservations_->AllocateFlush(tag, blob, t.bdev.get(), size, &f.spent);
     }
     if (!a.ok()) {
       last = a.status().WithContext("flushing to tier '" + t.name + "'");
       if (a.status().code() == Code::kNoSpace) continue;
       return last;
     }
-    BlobCopy p;
-    p.tier_id = t.bdev->tier_id();
-    p.state = CopyState::kClean;
-    p.generation = generation_.fetch_add(1);
-    p.extents = std::move(a).value();
-    p.written = all;
-    for (const auto& r : all.ranges()) {
-      Status w = t.bdev->Write(p.extents, r.begin, std::string_view(buf).substr(r.begin, r.end - r.begin));
+    f.copy.tier_id = t.bdev->tier_id();
+    f.copy.state = CopyState::kClean;
+    f.copy.generation = generation_.fetch_add(1);
+    f.copy.extents = std::move(a).value();
+    f.copy.written = src.written;
+    for (const auto& r : src.written.ranges()) {
+      Status w = t.bdev->Write(f.copy.extents, r.begin, std::string_view(src.bytes).substr(r.begin, r.end - r.begin));
       if (!w.ok()) {
-        (void)t.bdev->Free(p.extents);
-        reservations_->RestoreBlob(tag, blob, spent);
+        (void)t.bdev->Free(f.copy.extents);
+        reservations_->RestoreBlobAtLeast(tag, blob, f.spent);
         return w.WithContext("flushing to tier '" + t.name + "'");
       }
     }
-    BlobEntry next;
-    std::vector<BlobCopy> released;
-    const uint64_t kept_on = SplitForFlush(std::move(e), std::move(p), *tiers, &next, &released);
-    std::vector<std::pair<Bdev*, ExtentList>> free_now;
-    std::vector<BlobCopy> persistent_released;
-    // A copy that leaves a draining tier is part of that drain, whether the drain flushed the
-    // blob or the flusher came first: a drain's answer counts what left the tier.
-    std::vector<Tier*> drained;
-    for (BlobCopy& c : released) {
-      Tier* ct = TierIn(*tiers, c.tier_id);
-      if (ct && ct->draining.load(std::memory_order_acquire)) drained.push_back(ct);
-      if (ct && ct->is_volatile)
-        free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
-      else
-        persistent_released.push_back(std::move(c));
-    }
-    KvBatch batch;
-    batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
-    ReleaseCopies(std::move(persistent_released), *tiers, &batch);
-    Status s = kv_->Apply(std::move(batch));
-    if (!s.ok()) {
-      (void)t.bdev->Free(next.copies.back().extents);
-      reservations_->RestoreBlob(tag, blob, spent);
-      return s;
-    }
-    // Volatile copies die with the process anyway: their room is reusable at once (a reader
-    // still reading them finds the stripe changed, since this holds its StripeLock, and drops
-    // what it read: GetBlob).
-    for (auto& [b, ext] : free_now) (void)b->Free(ext);
-    for (Tier* d : drained) d->drained_copies.fetch_add(1);
-    // The persistent copy is allocated and recorded: its reservation and the dirty bytes
-    // are spent.
-    dirty_bytes_.ReleaseBlob(tag, blob);
-    reservations_->ReleaseBlob(tag, blob);
-    NoteFill(tag, blob, next);
-    if (kept_on != 0) clean_lru_.Touch(kept_on, tag, blob);
-    flushes_.Add();
-    flushed_bytes_.Add(static_cast<double>(size));
-    return Status::Ok();
+    return f;
   }
   return last;
+}
+
+Status Cte::SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f) {
+  const TierList& tiers = *src.tiers;
+  const uint64_t size = src.bytes.size();
+  BlobEntry next;
+  std::vector<BlobCopy> released;
+  const uint64_t kept_on = SplitForFlush(std::move(src.entry), f.copy, tiers, &next, &released);
+  std::vector<std::pair<Bdev*, ExtentList>> free_now;
+  std::vector<BlobCopy> persistent_released;
+  // A copy that leaves a draining tier is part of that drain, whether the drain flushed the
+  // blob or the flusher came first: a drain's answer counts what left the tier.
+  std::vector<Tier*> drained;
+  for (BlobCopy& c : released) {
+    Tier* ct = TierIn(tiers, c.tier_id);
+    if (ct && ct->draining.load(std::memory_order_acquire)) drained.push_back(ct);
+    if (ct && ct->is_volatile)
+      free_now.emplace_back(ct->bdev.get(), std::move(c.extents));
+    else
+      persistent_released.push_back(std::move(c));
+  }
+  KvBatch batch;
+  batch.Put(BlobKey(tag, blob), EncodeBlobEntry(next));
+  ReleaseCopies(std::move(persistent_released), tiers, &batch);
+  Status s = kv_->Apply(std::move(batch));
+  if (!s.ok()) {
+    (void)f.tier->bdev->Free(f.copy.extents);
+    reservations_->RestoreBlobAtLeast(tag, blob, f.spent);
+    return s;
+  }
+  // Volatile copies die with the process anyway: their room is reusable at once (a reader
+  // still reading them finds the stripe changed, since this holds its StripeLock, and drops
+  // what it read: GetBlob).
+  for (auto& [b, ext] : free_now) (void)b->Free(ext);
+  for (Tier* d : drained) d->drained_copies.fetch_add(1);
+  // The persistent copy is allocated and recorded: its reservation and the dirty bytes
+  // are spent.
+  dirty_bytes_.ReleaseBlob(tag, blob);
+  reservations_->ReleaseBlob(tag, blob);
+  NoteFill(tag, blob, next);
+  if (kept_on != 0) clean_lru_.Touch(kept_on, tag, blob);
+  flushes_.Add();
+  flushed_bytes_.Add(static_cast<double>(size));
+  return Status::Ok();
+}
+
+Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
+  CLIO_ASSIGN_OR_RETURN(std::optional<FlushSource> src, PrepareFlush(tag, blob));
+  if (!src) return Status::Ok();
+  CLIO_ASSIGN_OR_RETURN(FlushCopy f, WriteFlushCopy(tag, blob, *src));
+  return SwapFlushed(tag, blob, std::move(*src), std::move(f));
 }
 
 uint64_t Cte::SplitForFlush(BlobEntry e, BlobCopy p, const TierList& tiers, BlobEntry* next,
@@ -151,12 +171,58 @@ uint64_t Cte::SplitForFlush(BlobEntry e, BlobCopy p, const TierList& tiers, Blob
   return kept_on;
 }
 
+// A flush copies the blob with no lock held across the copy's write (an S3 PUT, a disk write):
+// the blob's readers and writers, and the other blobs of its stripe, go on meanwhile. Its bytes
+// are read under the stripe lock, and the copy goes in under it only if the entry did not change
+// meanwhile (copy and swap, as a move); else the copy, which nobody saw, is given back and the
+// flush runs again under the lock throughout, which always finishes (a blob written without
+// pause would otherwise never flush). The dirty set is settled under the stripe lock too: a
+// write that makes the blob dirty again right after is never taken off it.
 Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
+  {
+    MutexLock d(&dirty_mu_);
+    while (flushing_.count({tag, blob})) flushing_cv_.Wait(&dirty_mu_);
+    flushing_.insert({tag, blob});
+  }
   Stripe& s = StripeFor(tag, blob);
-  StripeLock l(s);
-  Status st = FlushBlobLocked(tag, blob);
+  Status st;
+  std::optional<FlushSource> src;
+  {
+    StripeLock l(s);
+    auto prepared = PrepareFlush(tag, blob);
+    if (prepared.ok()) src = std::move(prepared).value();
+    st = prepared.status();
+    if (!src) SettleDirty(tag, blob, st);  // nothing to copy, or an error
+  }
+  if (src) {
+    Result<FlushCopy> f = WriteFlushCopy(tag, blob, *src);
+    StripeLock l(s);
+    st = f.status();
+    if (f.ok()) {
+      auto now = LoadEntry(tag, blob);
+      if (now.ok() && *now == src->entry) {
+        st = SwapFlushed(tag, blob, std::move(*src), std::move(f).value());
+      } else {
+        (void)f->tier->bdev->Free(f->copy.extents);
+        reservations_->RestoreBlobAtLeast(tag, blob, f->spent);
+        st = now.status();
+        if (now.ok()) {
+          flush_retries_.Add();
+          st = FlushBlobLocked(tag, blob);
+        }
+      }
+    }
+    SettleDirty(tag, blob, st);
+  }
   MutexLock d(&dirty_mu_);
-  if (st.ok()) {
+  flushing_.erase({tag, blob});
+  flushing_cv_.NotifyAll();
+  return st;
+}
+
+void Cte::SettleDirty(uint64_t tag, uint64_t blob, const Status& flushed) {
+  MutexLock d(&dirty_mu_);
+  if (flushed.ok()) {
     auto it = dirty_.find({tag, blob});
     if (it != dirty_.end()) {
       flush_lag_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second).count());
@@ -165,7 +231,6 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
   } else {
     dirty_.emplace(std::pair{tag, blob}, std::chrono::steady_clock::now());
   }
-  return st;
 }
 
 void Cte::NoteFlushFailure(uint64_t tag, uint64_t blob, const Status& s) {

@@ -99,6 +99,16 @@ void FlushReservations::RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes)
   }
 }
 
+void FlushReservations::RestoreBlobAtLeast(uint64_t tag, uint64_t blob, uint64_t bytes) {
+  MutexLock l(&mu_);
+  uint64_t& have = by_blob_[{tag, blob}];
+  if (bytes > have) {
+    reserved_ += bytes - have;
+    have = bytes;
+  }
+  if (have == 0) by_blob_.erase({tag, blob});
+}
+
 void FlushReservations::ReleaseBlob(uint64_t tag, uint64_t blob) { RestoreBlob(tag, blob, 0); }
 
 Status FlushReservations::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size, uint64_t in_use) {

@@ -67,6 +67,9 @@ class FlushReservations {
   Status ReserveBlob(uint64_t tag, uint64_t blob, uint64_t size, uint64_t* previous = nullptr);
   // Sets the reservation of (tag, blob) back to `bytes` (undoing a ReserveBlob).
   void RestoreBlob(uint64_t tag, uint64_t blob, uint64_t bytes);
+  // Raises the reservation of (tag, blob) to `bytes` if it is less: gives back what a flush
+  // spent and then abandoned, while a write meanwhile may have reserved the blob's new size.
+  void RestoreBlobAtLeast(uint64_t tag, uint64_t blob, uint64_t bytes);
   // Drops the reservation of (tag, blob), if any (not its kept room).
   void ReleaseBlob(uint64_t tag, uint64_t blob);
 
