@@ -169,11 +169,25 @@ class Writer:
         return ops
 
 
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+def ensure_fusectl():
+    """The FUSE control filesystem, where a connection's abort file lives. systemd mounts it at
+    boot (sys-fs-fuse-connections.mount); a container or a minimal root may lack it."""
+    if os.path.ismount(FUSECTL):
+        return
+    r = subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL], capture_output=True, text=True)
+    check(r.returncode == 0, f"cannot mount the FUSE control filesystem on {FUSECTL}: {r.stderr.strip()}")
+    log(f"mounted the FUSE control filesystem on {FUSECTL}")
+
+
 def mount_abort(env):
     """Aborts the mount's FUSE connection: the kernel drops its requests and dirty pages, as a
     power cut would."""
+    ensure_fusectl()
     dev = os.stat(env.mnt).st_dev
-    path = f"/sys/fs/fuse/connections/{os.minor(dev)}/abort"
+    path = f"{FUSECTL}/{os.minor(dev)}/abort"
     with open(path, "w") as f:
         f.write("1\n")
     log(f"aborted the FUSE connection ({path})")
