@@ -11,7 +11,8 @@
 // inode number the namespace does not have is Stale (ESTALE), never another file's.
 //
 // Thread safety: all methods may be called concurrently. Metadata changes are serialized by
-// mu_; file data moves outside it (the CTE locks per blob).
+// mu_; file data moves outside it (the CTE locks per blob), and a write that changes no inode
+// field (an overwrite of stored bytes, the kernel keeping the times) takes no lock at all.
 #pragma once
 
 #include <cstdint>

@@ -184,6 +184,35 @@ TEST_CASE("setattr changes mode, owner and times") {
   CHECK(a->mtime_ns == 1234567890123456789);
 }
 
+TEST_CASE("an overwrite with the kernel keeping the times changes no inode; every other write does") {
+  NsFixture f;
+  uint64_t ino = f.Create(kRootIno, "o");
+  REQUIRE(f.ns->Write(ino, 0, std::string(10000, 'a'), /*touch_times=*/false).ok());
+  auto before = f.ns->GetAttr(ino);
+  REQUIRE(before.ok());
+  CHECK(before->size == 10000);
+  // Inside the file, over stored bytes: the inode stays as it was.
+  REQUIRE(f.ns->Write(ino, 100, "bbbb", /*touch_times=*/false).ok());
+  auto same = f.ns->GetAttr(ino);
+  REQUIRE(same.ok());
+  CHECK(same->size == before->size);
+  CHECK(same->stored == before->stored);
+  CHECK(same->mtime_ns == before->mtime_ns);
+  CHECK(f.ns->Read(ino, 98, 8).value() == "aabbbbaa");
+  // Past the end: the size grows. Into a hole: the stored count grows.
+  REQUIRE(f.ns->Write(ino, 9998, "cccc", /*touch_times=*/false).ok());
+  CHECK(f.ns->GetAttr(ino)->size == 10002);
+  REQUIRE(f.ns->SetAttr(ino, [] { SetAttrRequest r; r.valid = kSetSize; r.size = 4u << 20; return r; }()).ok());
+  const uint64_t stored = f.ns->GetAttr(ino)->stored;
+  REQUIRE(f.ns->Write(ino, 3u << 20, "dddd", /*touch_times=*/false).ok());
+  CHECK(f.ns->GetAttr(ino)->stored > stored);
+  // A file truncated below the write's end first: the write extends it again, as before.
+  REQUIRE(f.ns->SetAttr(ino, [] { SetAttrRequest r; r.valid = kSetSize; r.size = 50; return r; }()).ok());
+  REQUIRE(f.ns->Write(ino, 40, "eeeeeeeeeeeeeeeeeeee", /*touch_times=*/false).ok());
+  CHECK(f.ns->GetAttr(ino)->size == 60);
+  CHECK(f.ns->Read(ino, 40, 20).value() == "eeeeeeeeeeeeeeeeeeee");
+}
+
 TEST_CASE("a kernel that keeps the times: setattr stores its ctime, its writes leave both times") {
   NsFixture f;
   uint64_t ino = f.Create(kRootIno, "k");
