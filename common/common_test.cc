@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "common/mounts.h"
 #include "common/process.h"
+#include "common/thread_annotations.h"
 
 using namespace clio;
 
@@ -147,4 +148,52 @@ TEST_CASE("ProcessExited: a running child is not, an unreaped zombie is") {
   CHECK(ProcessExited(child));
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+namespace {
+// Runs `f` in a child process; true when the child was killed by SIGABRT.
+template <typename F>
+bool Aborts(F f) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    f();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+}  // namespace
+
+TEST_CASE("debug builds abort when I/O starts under a lock marked kNoIo, unless the place is named") {
+#ifdef NDEBUG
+  MESSAGE("a release build: the check is compiled out");
+#else
+  static clio::Mutex no_io{clio::kNoIo, "test lock"};
+  static clio::Mutex plain;
+  CHECK(Aborts([] {
+    clio::MutexLock l(&no_io);
+    clio::CheckNoLockAcrossIo("a test request");
+  }));
+  CHECK_FALSE(Aborts([] {
+    clio::MutexLock l(&plain);  // a lock that serializes a device's own I/O
+    clio::CheckNoLockAcrossIo("a test request");
+  }));
+  CHECK_FALSE(Aborts([] {
+    clio::MutexLock l(&no_io);
+    clio::IoUnderLock known("a test of a known place");
+    clio::CheckNoLockAcrossIo("a test request");
+  }));
+  CHECK_FALSE(Aborts([] {
+    { clio::MutexLock l(&no_io); }
+    clio::CheckNoLockAcrossIo("a test request after the unlock");
+  }));
+  // A condition variable's wait gives the lock back and takes it again: the count follows.
+  CHECK(Aborts([] {
+    clio::CondVar cv;
+    clio::MutexLock l(&no_io);
+    cv.WaitFor(&no_io, std::chrono::milliseconds(1));
+    clio::CheckNoLockAcrossIo("a test request after a wait");
+  }));
+#endif
 }

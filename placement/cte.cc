@@ -297,6 +297,9 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   const uint64_t end = offset + data.size();
   Stripe& s = StripeFor(tag, blob);
   StripeLock l(s);
+  // Known, and left for later: a write allocates and writes its bytes under the lock (a RAM
+  // copy is a memcpy; a persistent tier that comes first is real I/O).
+  IoUnderLock io("PutOnce: a write's allocation and bytes under the blob's stripe lock");
   auto loaded = LoadEntry(tag, blob);
   if (!loaded.ok()) return done(loaded.status());
   const BlobEntry& e = *loaded;
@@ -448,6 +451,7 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
     return read;
   }
   StripeLock l(s);
+  IoUnderLock io("GetBlob: the read that always finishes, after its unlocked tries");
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   const TierSnapshot tiers = Tiers();
   NoteRead(s, tag, blob, e, *tiers);

@@ -377,7 +377,7 @@ class Cte {
     uint32_t recent = 0;  // reads and writes since
   };
   struct Stripe {
-    Mutex mu;
+    Mutex mu{kNoIo, "cte blob stripe"};
     // Counts the holds of `mu` that may have changed a blob of this stripe (every StripeLock).
     // A read that found it unchanged around its unlocked tier I/O read bytes no change touched.
     uint64_t changes GUARDED_BY(mu) = 0;
@@ -397,6 +397,20 @@ class Cte {
 
    private:
     Mutex* mu_;
+  };
+  // Frees a copy nobody saw (a move's or a flush's, dropped) when it goes out of scope: declared
+  // before a StripeLock, that is after the lock is released, since freeing persistent extents
+  // writes the tier's allocator log.
+  struct FreeAfterUnlock {
+    Bdev* bdev = nullptr;
+    ExtentList extents;
+    void Set(Bdev* b, ExtentList e) {
+      bdev = b;
+      extents = std::move(e);
+    }
+    ~FreeAfterUnlock() {
+      if (bdev) (void)bdev->Free(extents);
+    }
   };
   // Unlocked tries of a read before it reads under the stripe lock (which always finishes).
   static constexpr int kOptimisticReads = 3;
@@ -542,7 +556,7 @@ class Cte {
   // After a flush (under the blob's stripe lock): done, the blob leaves the dirty set; failed,
   // it stays (or comes back) for the next try.
   void SettleDirty(uint64_t tag, uint64_t blob, const Status& flushed) EXCLUDES(dirty_mu_);
-  // A flush's steps. What it copies, read under the stripe lock: nullopt when nothing is left
+  // A flush's steps. What it copies, loaded under the stripe lock: nullopt when nothing is left
   // to copy (not dirty, or truncated to nothing: settled here).
   struct FlushSource {
     BlobEntry entry;
@@ -551,6 +565,8 @@ class Cte {
     std::string bytes;
   };
   Result<std::optional<FlushSource>> PrepareFlush(uint64_t tag, uint64_t blob);
+  // Reads the bytes of src->entry into src->bytes (no lock needed: the swap checks the entry).
+  Status ReadFlushSource(FlushSource* src);
   // The new persistent copy, allocated (spending the blob's reservation) and written.
   struct FlushCopy {
     BlobCopy copy;
@@ -560,7 +576,7 @@ class Cte {
   Result<FlushCopy> WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src);
   // Records the copy in place of the ones it replaces (stripe lock held, src.entry current); on
   // failure gives the copy back.
-  Status SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f);
+  Status SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f, FreeAfterUnlock* drop);
   // FlushOne for every blob of `blobs`, up to flush_threads_ at once (fewer when no thread can
   // be started); the status of each, in order. `background`: failures are counted and kept
   // for the tag's next fsync or close as they happen (NoteFlushFailure). Call with no lock.

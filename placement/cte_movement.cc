@@ -76,10 +76,11 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
     }
   }
 
+  FreeAfterUnlock drop;
   StripeLock l(s);
   auto now = LoadEntry(tag, blob);
   if (!now.ok() || !(*now == before)) {
-    (void)t.bdev->Free(fresh.extents);
+    drop.Set(t.bdev.get(), std::move(fresh.extents));
     if (!now.ok()) return now.status();
     *changed = true;
     return uint64_t{0};
@@ -122,7 +123,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
   ReleaseCopies(std::move(persistent_released), tiers, &batch);
   Status ap = kv_->Apply(std::move(batch));
   if (!ap.ok()) {
-    (void)t.bdev->Free(fresh.extents);
+    drop.Set(t.bdev.get(), std::move(fresh.extents));
     return ap;
   }
   NoteFill(tag, blob, next);

@@ -51,8 +51,11 @@ Result<std::optional<Cte::FlushSource>> Cte::PrepareFlush(uint64_t tag, uint64_t
     for (const auto& r : c.written.ranges()) src.written.Add(r.begin, r.end);
   src.tiers = Tiers();
   src.bytes.assign(e.size(), '\0');
-  CLIO_RETURN_IF_ERROR(ReadMerged(e, *src.tiers, 0, e.size(), src.bytes.data()));
   return std::optional<FlushSource>(std::move(src));
+}
+
+Status Cte::ReadFlushSource(FlushSource* src) {
+  return ReadMerged(src->entry, *src->tiers, 0, src->bytes.size(), src->bytes.data());
 }
 
 Result<Cte::FlushCopy> Cte::WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src) {
@@ -97,7 +100,7 @@ Result<Cte::FlushCopy> Cte::WriteFlushCopy(uint64_t tag, uint64_t blob, const Fl
   return last;
 }
 
-Status Cte::SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f) {
+Status Cte::SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f, FreeAfterUnlock* drop) {
   const TierList& tiers = *src.tiers;
   const uint64_t size = src.bytes.size();
   BlobEntry next;
@@ -121,7 +124,7 @@ Status Cte::SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy 
   ReleaseCopies(std::move(persistent_released), tiers, &batch);
   Status s = kv_->Apply(std::move(batch));
   if (!s.ok()) {
-    (void)f.tier->bdev->Free(f.copy.extents);
+    drop->Set(f.tier->bdev.get(), std::move(f.copy.extents));
     reservations_->RestoreBlobAtLeast(tag, blob, f.spent);
     return s;
   }
@@ -144,8 +147,10 @@ Status Cte::SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy 
 Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(std::optional<FlushSource> src, PrepareFlush(tag, blob));
   if (!src) return Status::Ok();
+  CLIO_RETURN_IF_ERROR(ReadFlushSource(&*src));
   CLIO_ASSIGN_OR_RETURN(FlushCopy f, WriteFlushCopy(tag, blob, *src));
-  return SwapFlushed(tag, blob, std::move(*src), std::move(f));
+  FreeAfterUnlock drop;  // the caller holds the lock throughout (IoUnderLock): freed here
+  return SwapFlushed(tag, blob, std::move(*src), std::move(f), &drop);
 }
 
 uint64_t Cte::SplitForFlush(BlobEntry e, BlobCopy p, const TierList& tiers, BlobEntry* next,
@@ -171,10 +176,11 @@ uint64_t Cte::SplitForFlush(BlobEntry e, BlobCopy p, const TierList& tiers, Blob
   return kept_on;
 }
 
-// A flush copies the blob with no lock held across the copy's write (an S3 PUT, a disk write):
-// the blob's readers and writers, and the other blobs of its stripe, go on meanwhile. Its bytes
-// are read under the stripe lock, and the copy goes in under it only if the entry did not change
-// meanwhile (copy and swap, as a move); else the copy, which nobody saw, is given back and the
+// A flush reads the blob and writes its copy with no lock held (a disk read, an S3 PUT): the
+// blob's readers and writers, and the other blobs of its stripe, go on meanwhile. Its entry is
+// loaded under the stripe lock, and the copy goes in under it only if the entry did not change
+// meanwhile (copy and swap, as a move: an equal entry means the bytes read were the blob's and
+// no extent read was reused meanwhile); else the copy, which nobody saw, is given back and the
 // flush runs again under the lock throughout, which always finishes (a blob written without
 // pause would otherwise never flush). The dirty set is settled under the stripe lock too: a
 // write that makes the blob dirty again right after is never taken off it.
@@ -195,24 +201,34 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
     if (!src) SettleDirty(tag, blob, st);  // nothing to copy, or an error
   }
   if (src) {
-    Result<FlushCopy> f = WriteFlushCopy(tag, blob, *src);
-    StripeLock l(s);
-    st = f.status();
-    if (f.ok()) {
+    // The bytes and the copy with no lock held. A read that failed because a change freed what
+    // it read is told apart below: the entry changed.
+    const Status read = ReadFlushSource(&*src);
+    Result<FlushCopy> f = read.ok() ? WriteFlushCopy(tag, blob, *src) : Result<FlushCopy>(read);
+    bool again = false;
+    {
+      FreeAfterUnlock drop;  // a dropped copy is freed after the lock, before the retry
+      StripeLock l(s);
       auto now = LoadEntry(tag, blob);
       if (now.ok() && *now == src->entry) {
-        st = SwapFlushed(tag, blob, std::move(*src), std::move(f).value());
+        st = f.ok() ? SwapFlushed(tag, blob, std::move(*src), std::move(f).value(), &drop) : f.status();
       } else {
-        (void)f->tier->bdev->Free(f->copy.extents);
-        reservations_->RestoreBlobAtLeast(tag, blob, f->spent);
-        st = now.status();
-        if (now.ok()) {
-          flush_retries_.Add();
-          st = FlushBlobLocked(tag, blob);
+        if (f.ok()) {
+          drop.Set(f->tier->bdev.get(), std::move(f->copy.extents));
+          reservations_->RestoreBlobAtLeast(tag, blob, f->spent);
         }
+        st = now.status();
+        again = now.ok();
       }
+      if (!again) SettleDirty(tag, blob, st);
     }
-    SettleDirty(tag, blob, st);
+    if (again) {
+      flush_retries_.Add();
+      StripeLock l(s);
+      IoUnderLock io("FlushOne: the flush that always finishes, after the blob changed under its copy");
+      st = FlushBlobLocked(tag, blob);
+      SettleDirty(tag, blob, st);
+    }
   }
   MutexLock d(&dirty_mu_);
   flushing_.erase({tag, blob});

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "daemon/confine.h"
 #include "storage/io_engine.h"
 #include "storage/io_fault.h"
@@ -77,6 +78,7 @@ class FdFile final : public IoFile {
   FdFile& operator=(const FdFile&) = delete;
 
   Status Write(uint64_t offset, std::string_view data) override {
+    CheckNoLockAcrossIo("a file write");
     if (direct_on_.load(std::memory_order_relaxed) && data.size() >= kDirectWriteMin &&
         offset % kDirectAlign == 0 && data.size() % kDirectAlign == 0) {
       return DirectWrite(offset, data);
@@ -86,6 +88,7 @@ class FdFile final : public IoFile {
   }
 
   Status Read(uint64_t offset, uint64_t len, char* out) override {
+    CheckNoLockAcrossIo("a file read");
     return DoIo(false, fd_, out, len, offset);
   }
 
@@ -100,6 +103,7 @@ class FdFile final : public IoFile {
   uint64_t direct_bytes_written() const override { return direct_bytes_.load(); }
 
   Status Sync() override {
+    CheckNoLockAcrossIo("a file sync");
     while (::fdatasync(fd_) != 0) {
       if (errno != EINTR) return Status::FromErrno(errno, "fdatasync " + path_);
     }
@@ -108,6 +112,7 @@ class FdFile final : public IoFile {
 
   Status Allocate(uint64_t offset, uint64_t len) override {
     if (len == 0) return Status::Ok();
+    CheckNoLockAcrossIo("a file allocation");
     int r;
     do {
       r = ::fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(len));
@@ -132,6 +137,7 @@ class FdFile final : public IoFile {
   }
 
   Status Truncate(uint64_t size) override {
+    CheckNoLockAcrossIo("a file truncation");
     int r;
     do {
       r = ::ftruncate(fd_, static_cast<off_t>(size));

@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "storage/io.h"
 #include "storage/test_util.h"
 
@@ -67,6 +69,32 @@ class ScopedEnv {
 };
 
 }  // namespace
+
+TEST_CASE("the I/O layer refuses to start under a lock marked kNoIo (debug builds)") {
+#ifdef NDEBUG
+  MESSAGE("a release build: the check is compiled out");
+#else
+  TempDir dir;
+  const std::string path = dir.File("f");
+  static Mutex no_io{kNoIo, "io_test lock"};
+  for (int op = 0; op < 3; ++op) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      auto f = OpenIoFile(path, IoOptions{});
+      if (!f.ok()) ::_exit(2);
+      MutexLock l(&no_io);
+      char b[8] = {};
+      if (op == 0) (void)(*f)->Write(0, "x");
+      if (op == 1) (void)(*f)->Read(0, 1, b);
+      if (op == 2) (void)(*f)->Sync();
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK_MESSAGE((WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT), "op " << op);
+  }
+#endif
+}
 
 TEST_CASE("IoFile round trip on every backend, with and without fault injection") {
   TempDir dir;

@@ -155,7 +155,7 @@ class RocksDbKv final : public KvStore {
   // has been joined and db_users_ fell to 0.
   std::unique_ptr<rocksdb::DB> db_;
 
-  Mutex mu_;
+  Mutex mu_{kNoIo, "metadata store"};
   CondVar work_cv_;  // wakes the commit thread: a Sync() request or Close()
   CondVar done_cv_;  // a commit finished, or Close() finished
   Overlay active_ GUARDED_BY(mu_);

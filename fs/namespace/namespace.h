@@ -258,7 +258,7 @@ class Namespace {
   const uint64_t inode_batch_;
   const uint64_t incarnation_;
 
-  Mutex mu_;
+  Mutex mu_{kNoIo, "namespace"};
   uint64_t next_ino_ GUARDED_BY(mu_) = kRootIno + 1;
   uint64_t ino_hwm_ GUARDED_BY(mu_) = kRootIno + 1;  // reserved, durable: next_ino_ < ino_hwm_ to use
   std::map<uint64_t, uint32_t> open_counts_ GUARDED_BY(mu_);

@@ -154,6 +154,7 @@ uint64_t Client::connections_opened() const { return impl_->opened.load(); }
 
 Result<Response> Client::Send(const Request& request,
                               std::optional<std::chrono::steady_clock::time_point> deadline) {
+  CheckNoLockAcrossIo("an object-store request");
   const std::string what = request.method + " " + endpoint_.ToString() + request.target;
   using Clock = std::chrono::steady_clock;
   // The wait of one socket operation: the configured timeout, or less when the deadline is
