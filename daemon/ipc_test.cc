@@ -89,16 +89,22 @@ TEST_CASE("client and runtime exchange requests, errors and large payloads") {
   CHECK(ok == 400);
 }
 
+// A bare connection to the runtime's socket, for frames no client would send.
+static int ConnectRaw(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, path.c_str());
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
 TEST_CASE("a malformed frame closes that connection only; the runtime keeps serving") {
   RuntimeFixture f;
   RuntimeClient::Options o;
   o.socket_path = f.sock();
   for (int variant = 0; variant < 3; ++variant) {
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, f.sock().c_str());
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const int fd = ConnectRaw(f.sock());
     RequestHeader h;
     if (variant == 0) h.magic = 0xdeadbeef;
     if (variant == 1) h.payload_len = kMaxPayload + 1;
@@ -118,11 +124,7 @@ TEST_CASE("a client of an IPC version the runtime does not serve is told so, nam
   RuntimeClient::Options o;
   o.socket_path = f.sock();
   for (uint16_t version : {static_cast<uint16_t>(kIpcVersion + 1), static_cast<uint16_t>(kIpcMinVersion - 1)}) {
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, f.sock().c_str());
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const int fd = ConnectRaw(f.sock());
     RequestHeader h;
     h.version = version;
     h.pool = 7;
