@@ -181,7 +181,15 @@ TEST_CASE("debug builds abort when I/O starts under a lock marked kNoIo, unless 
   }));
   CHECK_FALSE(Aborts([] {
     clio::MutexLock l(&no_io);
-    clio::IoUnderLock known("a test of a known place");
+    clio::IoUnderLock known("test lock", "a test of a known place");
+    clio::CheckNoLockAcrossIo("a test request");
+  }));
+  // The scope exempts the lock it names, and no other held beside it.
+  static clio::Mutex other{clio::kNoIo, "other lock"};
+  CHECK(Aborts([] {
+    clio::MutexLock o(&other);
+    clio::MutexLock l(&no_io);
+    clio::IoUnderLock known("test lock", "a test of a known place");
     clio::CheckNoLockAcrossIo("a test request");
   }));
   CHECK_FALSE(Aborts([] {

@@ -41,7 +41,7 @@ namespace lock_io {
 inline constexpr int kNamed = 8;
 inline thread_local int held = 0;                // kNoIo mutexes this thread holds
 inline thread_local const char* names[kNamed];   // the names of the first kNamed of them
-inline thread_local int allowed = 0;             // IoUnderLock scopes open on this thread
+inline thread_local const char* allowed = nullptr;  // the lock an open IoUnderLock exempts
 }  // namespace lock_io
 
 class CAPABILITY("mutex") Mutex {
@@ -88,17 +88,23 @@ class CAPABILITY("mutex") Mutex {
 };
 
 // The I/O layer's check before it starts a request `what` (debug builds): aborts when this
-// thread holds a kNoIo mutex outside an IoUnderLock scope.
+// thread holds a kNoIo mutex other than the one an open IoUnderLock exempts.
 void CheckNoLockAcrossIo(const char* what);
 
-// A known place that still does I/O under a kNoIo lock, named in `why` (grep IoUnderLock for
-// the list): the check lets it through.
+// A known place that still does I/O under the kNoIo lock named `lock`, said in `why` (grep
+// IoUnderLock for the list): the check lets that lock through, and no other.
 class IoUnderLock {
  public:
-  explicit IoUnderLock(const char* why) { (void)why; ++lock_io::allowed; }
-  ~IoUnderLock() { --lock_io::allowed; }
+  IoUnderLock(const char* lock, const char* why) : outer_(lock_io::allowed) {
+    (void)why;
+    lock_io::allowed = lock;
+  }
+  ~IoUnderLock() { lock_io::allowed = outer_; }
   IoUnderLock(const IoUnderLock&) = delete;
   IoUnderLock& operator=(const IoUnderLock&) = delete;
+
+ private:
+  const char* outer_;
 };
 
 class SCOPED_CAPABILITY MutexLock {

@@ -180,7 +180,7 @@ Status Cte::Recover() {
 Status Cte::KeepRoom(uint64_t tag, uint64_t blob, uint64_t size) {
   if (size == 0) return reservations_->KeepRoom(tag, blob, 0);  // letting go needs no look
   Stripe& s = StripeFor(tag, blob);
-  StripeLock l(s);
+  MutexLock l(&s.mu);  // looks only: not a change (optimistic readers go on)
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   // What its persistent copies occupy lies inside the room it keeps.
   return reservations_->KeepRoom(tag, blob, size, PersistentFill(e));
@@ -299,7 +299,7 @@ Cte::PutAttempt Cte::PutOnce(uint64_t tag, uint64_t blob, uint64_t offset, std::
   StripeLock l(s);
   // Known, and left for later: a write allocates and writes its bytes under the lock (a RAM
   // copy is a memcpy; a persistent tier that comes first is real I/O).
-  IoUnderLock io("PutOnce: a write's allocation and bytes under the blob's stripe lock");
+  IoUnderLock io(kStripeLockName, "PutOnce: a write's allocation and bytes under the blob's stripe lock");
   auto loaded = LoadEntry(tag, blob);
   if (!loaded.ok()) return done(loaded.status());
   const BlobEntry& e = *loaded;
@@ -450,8 +450,8 @@ Status Cte::GetBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len, 
     if (e.ok()) NoteRead(s, tag, blob, *e, *tiers);
     return read;
   }
-  StripeLock l(s);
-  IoUnderLock io("GetBlob: the read that always finishes, after its unlocked tries");
+  MutexLock l(&s.mu);  // looks only: not a change (optimistic readers go on)
+  IoUnderLock io(kStripeLockName, "GetBlob: the read that always finishes, after its unlocked tries");
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   const TierSnapshot tiers = Tiers();
   NoteRead(s, tag, blob, e, *tiers);
@@ -469,7 +469,7 @@ void Cte::NoteRead(Stripe& s, uint64_t tag, uint64_t blob, const BlobEntry& e, c
 
 Result<std::vector<CopyLocation>> Cte::LocateBlob(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
-  StripeLock l(s);
+  MutexLock l(&s.mu);  // looks only: not a change (optimistic readers go on)
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   std::vector<CopyLocation> out;
   for (const BlobCopy& c : e.copies)
@@ -566,7 +566,7 @@ Status Cte::PunchBlob(uint64_t tag, uint64_t blob, uint64_t offset, uint64_t len
 
 Result<RangeSet> Cte::BlobRanges(uint64_t tag, uint64_t blob) {
   Stripe& s = StripeFor(tag, blob);
-  StripeLock l(s);
+  MutexLock l(&s.mu);  // looks only: not a change (optimistic readers go on)
   CLIO_ASSIGN_OR_RETURN(BlobEntry e, LoadEntry(tag, blob));
   RangeSet all;
   for (const BlobCopy& c : e.copies)

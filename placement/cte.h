@@ -376,15 +376,16 @@ class Cte {
     double heat = 0;      // decayed count as of the last reorganizer pass
     uint32_t recent = 0;  // reads and writes since
   };
+  static constexpr char kStripeLockName[] = "cte blob stripe";
   struct Stripe {
-    Mutex mu{kNoIo, "cte blob stripe"};
+    Mutex mu{kNoIo, kStripeLockName};
     // Counts the holds of `mu` that may have changed a blob of this stripe (every StripeLock).
     // A read that found it unchanged around its unlocked tier I/O read bytes no change touched.
     uint64_t changes GUARDED_BY(mu) = 0;
     std::map<std::pair<uint64_t, uint64_t>, AccessCount> access GUARDED_BY(mu);
   };
-  // Holds a stripe's lock to change its blobs (or to read under it): counts a change, so
-  // optimistic readers of the stripe retry. Only GetBlob's checks take `mu` without it.
+  // Holds a stripe's lock to change its blobs: counts a change, so optimistic readers of the
+  // stripe retry. A hold that only looks (an entry load, the locked read) takes `mu` plainly.
   class SCOPED_CAPABILITY StripeLock {
    public:
     explicit StripeLock(Stripe& s) ACQUIRE(s.mu) : mu_(&s.mu) {
@@ -483,6 +484,9 @@ class Cte {
   void StripeBarrier() {
     for (size_t i = 0; i < kStripes; ++i) StripeLock barrier(stripes_[i]);
   }
+  // Waits until every flush running when it is called has ended (a flush allocates its copy
+  // without the stripe lock): with StripeBarrier, what a tier drain or removal waits for.
+  void FlushBarrier() EXCLUDES(dirty_mu_);
   // The tier list now. Operations take one snapshot and use it throughout; a tier added
   // meanwhile is used by the next operation, a removed one stays valid while held.
   TierSnapshot Tiers() const EXCLUDES(tiers_mu_);
@@ -573,7 +577,9 @@ class Cte {
     Tier* tier = nullptr;
     uint64_t spent = 0;  // the reservation the allocation spent
   };
-  Result<FlushCopy> WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src);
+  // On a failed write after the allocation, *spent_back is the reservation to give back (the
+  // caller does, under the stripe lock).
+  Result<FlushCopy> WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src, uint64_t* spent_back);
   // Records the copy in place of the ones it replaces (stripe lock held, src.entry current); on
   // failure gives the copy back.
   Status SwapFlushed(uint64_t tag, uint64_t blob, FlushSource src, FlushCopy f, FreeAfterUnlock* drop);

@@ -37,7 +37,7 @@ Result<uint64_t> Cte::CopyBlobTo(uint64_t tag, uint64_t blob, Tier& t, uint64_t 
   Stripe& s = StripeFor(tag, blob);
   BlobEntry before;
   {
-    StripeLock l(s);
+    MutexLock l(&s.mu);  // looks only
     CLIO_ASSIGN_OR_RETURN(before, LoadEntry(tag, blob));
   }
   if (before.copies.empty()) return uint64_t{0};
@@ -144,7 +144,7 @@ Status Cte::DrainBlob(uint64_t tag, uint64_t blob, Tier& t, uint64_t* moved) {
     BlobEntry e;
     {
       Stripe& s = StripeFor(tag, blob);
-      StripeLock l(s);
+      MutexLock l(&s.mu);  // looks only
       CLIO_ASSIGN_OR_RETURN(e, LoadEntry(tag, blob));
     }
     if (std::none_of(e.copies.begin(), e.copies.end(), [&](const BlobCopy& c) { return c.tier_id == tid; }))
@@ -201,12 +201,14 @@ Status Cte::Drain(uint64_t tier_id) {
   }
   Tier& t = *tp;
   MutexLock m(&move_mu_);
-  // A barrier: every allocation on a tier happens under some blob's stripe lock (a write, a
-  // flush; the reorganizer is kept out by move_mu_), so once each stripe has been taken and
-  // released, every placement that read the tier as open has committed or given up, and every
-  // later one sees the mark. From here on, bytes on the tier are named by the index or about
-  // to be freed by a durable commit.
+  // A barrier: every allocation on a tier happens under some blob's stripe lock (a write; the
+  // reorganizer is kept out by move_mu_) or in a flush, which checks the tier again under the
+  // lock before its copy goes in. So once each stripe has been taken and released and every
+  // flush running now has ended, every placement that read the tier as open has committed or
+  // given up, and every later one sees the mark. From here on, bytes on the tier are named by
+  // the index or about to be freed by a durable commit.
   StripeBarrier();
+  FlushBarrier();
   CLIO_LOG_INFO("draining tier '{}' ({} bytes in use)", t.name, t.bdev->GetStats().used);
   auto fail = [&](Status s) {
     CLIO_LOG_WARN("draining tier '{}' stopped: {}", t.name, s.ToString());

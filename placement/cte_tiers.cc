@@ -286,10 +286,12 @@ Status Cte::RemoveTier(uint64_t tier_id) {
     return Status(Code::kBusy, "tier '" + t->name + "' is not drained; drain it first (clioctl tier drain " +
                                    t->name + ") to move its data to the other tiers");
   // A barrier first: every allocation happens under some blob's stripe lock, after that
-  // operation checked the tier takes data. Once each stripe was taken and released, every
-  // placement that saw the tier open before the drain mark has committed (and shows in `used`
-  // below), and every later one sees the mark.
+  // operation checked the tier takes data, or in a flush, which checks it again under the lock
+  // before its copy goes in. Once each stripe was taken and released and every flush running
+  // now has ended, every placement that saw the tier open before the drain mark has committed
+  // (and shows in `used` below) or given its room back, and every later one sees the mark.
   StripeBarrier();
+  FlushBarrier();
   if (const uint64_t used = t->bdev->GetStats().used; used > 0)
     return Status(Code::kBusy, "tier '" + t->name + "' still holds " + FormatSize(used) +
                                    "; drain it again until it is empty");

@@ -50,15 +50,17 @@ Result<std::optional<Cte::FlushSource>> Cte::PrepareFlush(uint64_t tag, uint64_t
   for (const BlobCopy& c : e.copies)
     for (const auto& r : c.written.ranges()) src.written.Add(r.begin, r.end);
   src.tiers = Tiers();
-  src.bytes.assign(e.size(), '\0');
   return std::optional<FlushSource>(std::move(src));
 }
 
 Status Cte::ReadFlushSource(FlushSource* src) {
+  src->bytes.assign(src->entry.size(), '\0');
   return ReadMerged(src->entry, *src->tiers, 0, src->bytes.size(), src->bytes.data());
 }
 
-Result<Cte::FlushCopy> Cte::WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src) {
+Result<Cte::FlushCopy> Cte::WriteFlushCopy(uint64_t tag, uint64_t blob, const FlushSource& src,
+                                           uint64_t* spent_back) {
+  *spent_back = 0;
   const uint64_t size = src.bytes.size();
   // The room was reserved when the blob became dirty (reservations_), so this allocation
   // finds it unless the host filesystem under a file tier filled up meanwhile.
@@ -90,8 +92,8 @@ Result<Cte::FlushCopy> Cte::WriteFlushCopy(uint64_t tag, uint64_t blob, const Fl
     for (const auto& r : src.written.ranges()) {
       Status w = t.bdev->Write(f.copy.extents, r.begin, std::string_view(src.bytes).substr(r.begin, r.end - r.begin));
       if (!w.ok()) {
-        (void)t.bdev->Free(f.copy.extents);
-        reservations_->RestoreBlobAtLeast(tag, blob, f.spent);
+        (void)t.bdev->Free(f.copy.extents);  // nobody saw it
+        *spent_back = f.spent;
         return w.WithContext("flushing to tier '" + t.name + "'");
       }
     }
@@ -148,7 +150,10 @@ Status Cte::FlushBlobLocked(uint64_t tag, uint64_t blob) {
   CLIO_ASSIGN_OR_RETURN(std::optional<FlushSource> src, PrepareFlush(tag, blob));
   if (!src) return Status::Ok();
   CLIO_RETURN_IF_ERROR(ReadFlushSource(&*src));
-  CLIO_ASSIGN_OR_RETURN(FlushCopy f, WriteFlushCopy(tag, blob, *src));
+  uint64_t spent_back = 0;
+  Result<FlushCopy> written = WriteFlushCopy(tag, blob, *src, &spent_back);
+  if (spent_back) reservations_->RestoreBlobAtLeast(tag, blob, spent_back);
+  CLIO_ASSIGN_OR_RETURN(FlushCopy f, std::move(written));
   FreeAfterUnlock drop;  // the caller holds the lock throughout (IoUnderLock): freed here
   return SwapFlushed(tag, blob, std::move(*src), std::move(f), &drop);
 }
@@ -204,13 +209,19 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
     // The bytes and the copy with no lock held. A read that failed because a change freed what
     // it read is told apart below: the entry changed.
     const Status read = ReadFlushSource(&*src);
-    Result<FlushCopy> f = read.ok() ? WriteFlushCopy(tag, blob, *src) : Result<FlushCopy>(read);
+    uint64_t spent_back = 0;
+    Result<FlushCopy> f = read.ok() ? WriteFlushCopy(tag, blob, *src, &spent_back) : Result<FlushCopy>(read);
     bool again = false;
     {
       FreeAfterUnlock drop;  // a dropped copy is freed after the lock, before the retry
       StripeLock l(s);
+      // Under the lock, as a write's reservation changes are: a reservation set meanwhile stays.
+      if (spent_back) reservations_->RestoreBlobAtLeast(tag, blob, spent_back);
       auto now = LoadEntry(tag, blob);
-      if (now.ok() && *now == src->entry) {
+      // The copy's tier was chosen without the lock: a drain or a removal of it since (both
+      // mark it and then pass a barrier of every stripe lock) means the copy may not go in.
+      const bool tier_ok = !f.ok() || (AcceptsPersistent(*f->tier) && TierIn(*Tiers(), f->copy.tier_id) == f->tier);
+      if (now.ok() && *now == src->entry && tier_ok) {
         st = f.ok() ? SwapFlushed(tag, blob, std::move(*src), std::move(f).value(), &drop) : f.status();
       } else {
         if (f.ok()) {
@@ -225,7 +236,7 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
     if (again) {
       flush_retries_.Add();
       StripeLock l(s);
-      IoUnderLock io("FlushOne: the flush that always finishes, after the blob changed under its copy");
+      IoUnderLock io(kStripeLockName, "FlushOne: the flush that always finishes, after the blob changed under its copy");
       st = FlushBlobLocked(tag, blob);
       SettleDirty(tag, blob, st);
     }
@@ -234,6 +245,13 @@ Status Cte::FlushOne(uint64_t tag, uint64_t blob) {
   flushing_.erase({tag, blob});
   flushing_cv_.NotifyAll();
   return st;
+}
+
+void Cte::FlushBarrier() {
+  MutexLock d(&dirty_mu_);
+  const auto running = flushing_;
+  for (const auto& key : running)
+    while (flushing_.count(key)) flushing_cv_.Wait(&dirty_mu_);
 }
 
 void Cte::SettleDirty(uint64_t tag, uint64_t blob, const Status& flushed) {

@@ -237,7 +237,12 @@ Result<KvPairs> RocksDbKv::Scan(std::string_view prefix, std::string_view start_
   {
     MutexLock l(&mu_);
     if (closed_) return ClosedError();
-    for (auto it = first(active_); it != active_.end() && in_range(it->first); ++it) active.emplace_back(*it);
+    // Up to its limit-th live key: the page ends there or before, whatever the other layers hold.
+    size_t live = 0;
+    for (auto it = first(active_); it != active_.end() && in_range(it->first); ++it) {
+      active.emplace_back(*it);
+      if (it->second.has_value() && limit != 0 && ++live == limit) break;
+    }
     committing_ref = committing_;
     snapshot = db_->GetSnapshot();
     ++db_users_;
