@@ -148,6 +148,49 @@ TEST_CASE("a flush copying to its tier holds up no read or write of the blob") {
   h.Stop();
 }
 
+TEST_CASE("a drain waits for a flush copying to its tier, and the copy does not go in there") {
+  // The flush picks its tier and writes its copy without the stripe lock. A drain of that tier
+  // meanwhile must wait for it (the stripe barrier alone no longer covers it), and the copy,
+  // on a tier now draining, must not be recorded: the flush is redone onto another tier.
+  HeldS3 s3;
+  if (!s3.server.standin) return;
+  CteHarness h("clio_cte_drain_flush");
+  CteConfig c;
+  c.flush_interval_ms = 3600000;
+  c.reorganize = false;
+  c.tiers = {RamTier("ram::cte_drain_flush_" + std::to_string(getpid()), 8u << 20, 1.0), s3.Tier(0.5),
+             FileTier(h.dir + "/tier.dat", 64u << 20, 0.2)};
+  h.Start(c);
+  const uint64_t s3_id = h.Tier(BdevType::kS3).tier_id;
+  const std::string data = Random(8192, 5);
+  REQUIRE(h.cte->PutBlob(5, 0, 0, data).ok());  // dirty in RAM; S3 ranks first to flush to
+
+  s3.proc().Fault("hold", 1, "PUT");
+  auto flush = std::async(std::launch::async, [&] { return h.cte->FlushTag(5); });
+  REQUIRE(Eventually([&] { return s3.proc().Held() == 1; }));
+  auto drain = std::async(std::launch::async, [&] { return h.cte->Drain(s3_id); });
+  // The drain waits for the flush that was copying to its tier when it began.
+  CHECK(drain.wait_for(std::chrono::seconds(2)) == std::future_status::timeout);
+  s3.proc().Release();
+  Status f = flush.get();
+  REQUIRE_MESSAGE(f.ok(), f.ToString());
+  Status d = drain.get();
+  CHECK_MESSAGE(d.ok(), d.ToString());
+  // The blob is flushed, and nothing of it is on the drained tier.
+  auto where = h.cte->LocateBlob(5, 0);
+  REQUIRE(where.ok());
+  bool persistent = false;
+  for (const CopyLocation& l : *where) {
+    CHECK(l.tier_id != s3_id);
+    CHECK_FALSE(l.dirty);
+    if (l.tier_id == h.Tier(BdevType::kFile).tier_id) persistent = true;
+  }
+  CHECK(persistent);
+  CHECK(h.Tier(BdevType::kS3).stats.used == 0);
+  CHECK(GetBytes(h.cte.get(), 5, 0, 0, 8192) == data);
+  h.Stop();
+}
+
 TEST_CASE("reads racing deletes and reuse of their extents never return another blob's bytes") {
   // Blob (1, 0) is deleted and written again, over and over, with 'x' bytes; blobs of tag 2,
   // with 'y' bytes, are written and deleted beside it, so the RAM tier keeps handing the
